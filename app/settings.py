@@ -1,0 +1,80 @@
+"""Wharf's configuration: one settings object, read once from WHARF_* environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.store.config import FlushMode, StoreConfig
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="WHARF_", frozen=True, extra="ignore")
+
+    # Server.
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    log_level: str = "info"
+
+    # Where things live.
+    store_dir: Path = Path("data")
+    database_url: str = ""  # empty: sqlite:///<store_dir>/wharf.db
+
+    # Routing identity (SPEC 2).
+    cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = Field(0, ge=0)
+    advertised_url: str = ""  # empty: http://<host>:<port>
+
+    # Storage (SPEC 1).
+    flush_mode: FlushMode = FlushMode.ASYNC
+    commitlog_file_size: int = Field(1024 * 1024 * 1024, ge=4096)
+    consumequeue_file_entries: int = Field(300_000, ge=1)
+    max_message_size: int = Field(4 * 1024 * 1024, ge=1)
+    max_topic_length: int = Field(127, ge=1, le=255)
+    max_properties_size: int = Field(32_767, ge=0, le=32_767)
+    sync_flush_timeout_ms: int = Field(5_000, ge=1)
+    group_commit_interval_ms: int = Field(10, ge=1)
+    flush_interval_commitlog_ms: int = Field(500, ge=1)
+    flush_commitlog_least_pages: int = Field(4, ge=0)
+    flush_commitlog_thorough_interval_ms: int = Field(10_000, ge=1)
+    flush_interval_consumequeue_ms: int = Field(1_000, ge=1)
+    flush_consumequeue_least_pages: int = Field(2, ge=0)
+    flush_consumequeue_thorough_interval_ms: int = Field(60_000, ge=1)
+    max_scan_bytes_per_pull: int = Field(16_000, ge=20)
+    max_transfer_bytes_per_pull: int = Field(4 * 1024 * 1024, ge=1)
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.store_dir / 'wharf.db'}"
+
+    @property
+    def resolved_advertised_url(self) -> str:
+        return self.advertised_url or f"http://{self.host}:{self.port}"
+
+    def store_config(self) -> StoreConfig:
+        advertised = urlsplit(self.resolved_advertised_url)
+        return StoreConfig(
+            store_dir=self.store_dir,
+            flush_mode=self.flush_mode,
+            commitlog_file_size=self.commitlog_file_size,
+            consumequeue_file_entries=self.consumequeue_file_entries,
+            max_message_size=self.max_message_size,
+            max_topic_length=self.max_topic_length,
+            max_properties_size=self.max_properties_size,
+            store_host=advertised.hostname or self.host,
+            store_port=advertised.port or self.port,
+            sync_flush_timeout_ms=self.sync_flush_timeout_ms,
+            group_commit_interval_ms=self.group_commit_interval_ms,
+            flush_interval_commitlog_ms=self.flush_interval_commitlog_ms,
+            flush_commitlog_least_pages=self.flush_commitlog_least_pages,
+            flush_commitlog_thorough_interval_ms=self.flush_commitlog_thorough_interval_ms,
+            flush_interval_consumequeue_ms=self.flush_interval_consumequeue_ms,
+            flush_consumequeue_least_pages=self.flush_consumequeue_least_pages,
+            flush_consumequeue_thorough_interval_ms=self.flush_consumequeue_thorough_interval_ms,
+            max_scan_bytes_per_pull=self.max_scan_bytes_per_pull,
+            max_transfer_bytes_per_pull=self.max_transfer_bytes_per_pull,
+        )

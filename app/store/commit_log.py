@@ -1,0 +1,188 @@
+"""CommitLog: the one append-only log every message goes to, across fixed-size segments.
+
+Records are encoded outside the lock (:func:`app.store.record.encode_record`); under the lock the
+CommitLog only assigns the queue offset, copies the bytes into the mapped segment, patches three
+fields and hands the record to the dispatcher. A record that does not fit in the rest of a segment
+(with room for an 8-byte blank) is preceded by a blank END_OF_FILE record and goes to the next one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from app.store.errors import MessageTooLargeError, StoreClosedError
+from app.store.mapped_file import MappedFile
+from app.store.mapped_file_queue import MappedFileQueue
+from app.store.record import (
+    BLANK_MAGIC,
+    BLANK_MIN_SIZE,
+    OFFSETS,
+    POS_QUEUEOFFSET,
+    POS_STORETIMESTAMP,
+    SIZE_MAGIC,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    TIMESTAMP,
+    CheckedRecord,
+    EncodedRecord,
+    check_record,
+)
+from app.store.results import AppendResult, PutStatus
+
+# (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys, uniq_key)
+Dispatch = Callable[[str, int, int, int, int, int, int, str, str], None]
+
+QueueKey = tuple[str, int]
+
+
+def _not_dispatched(sysflag: int) -> bool:
+    """Half (prepared) and rolled-back transaction messages get no queue offset."""
+    kind = sysflag & SYSFLAG_TRANSACTION_MASK
+    return kind in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+class CommitLog:
+    def __init__(self, directory: Path, file_size: int, store_host: bytes, dispatch: Dispatch) -> None:
+        self.files = MappedFileQueue(directory, file_size)
+        self.file_size = file_size
+        self.store_host = store_host
+        self.dispatch = dispatch
+        self.lock = threading.Lock()
+        # Next queue offset of every (topic, queue); rebuilt from the ConsumeQueues at start.
+        self.queue_offsets: dict[QueueKey, int] = {}
+        self.closed = True
+
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.files.max_offset
+
+    def check_fits(self, record_size: int) -> None:
+        if record_size + BLANK_MIN_SIZE > self.file_size:
+            raise MessageTooLargeError(
+                f"record of {record_size} bytes does not fit a CommitLog segment of {self.file_size} bytes"
+            )
+
+    def append(self, records: Sequence[EncodedRecord]) -> list[AppendResult]:
+        """Append records in order under one lock acquisition; returns where each landed."""
+        results: list[AppendResult] = []
+        add_result = results.append
+        store_host = self.store_host
+        queue_offsets = self.queue_offsets
+        dispatch = self.dispatch
+        file_size = self.file_size
+        with self.lock:
+            if self.closed:
+                raise StoreClosedError("the CommitLog is closed")
+            now = int(time.time() * 1000)
+            mapped = self.files.writable_file()
+            mm = mapped.mm
+            position = mapped.wrote_position
+            for record in records:
+                data = record.data
+                size = len(data)
+                if position + size + BLANK_MIN_SIZE > file_size:
+                    SIZE_MAGIC.pack_into(mm, position, file_size - position, BLANK_MAGIC)
+                    mapped.wrote_position = file_size
+                    mapped = self.files.new_file()
+                    mm = mapped.mm
+                    position = 0
+                key = (record.topic, record.queue_id)
+                physical_offset = mapped.file_from_offset + position
+                if _not_dispatched(record.sysflag):
+                    queue_offset = 0
+                else:
+                    queue_offset = queue_offsets.get(key, 0)
+                    queue_offsets[key] = queue_offset + 1
+                end = position + size
+                mm[position:end] = data
+                TIMESTAMP.pack_into(mm, position + POS_STORETIMESTAMP, now)
+                # Written last: a record whose offsets are still placeholders is not valid.
+                OFFSETS.pack_into(mm, position + POS_QUEUEOFFSET, queue_offset, physical_offset)
+                mapped.wrote_position = position = end
+                if not _not_dispatched(record.sysflag):
+                    dispatch(
+                        record.topic,
+                        record.queue_id,
+                        queue_offset,
+                        physical_offset,
+                        size,
+                        record.tags_code,
+                        now,
+                        record.keys,
+                        record.uniq_key,
+                    )
+                add_result(
+                    AppendResult(
+                        PutStatus.PUT_OK,
+                        record.topic,
+                        record.queue_id,
+                        queue_offset,
+                        physical_offset,
+                        size,
+                        now,
+                        store_host,
+                    )
+                )
+            mapped.last_store_timestamp = now
+        return results
+
+    def read(self, physical_offset: int, size: int) -> memoryview | None:
+        """The record bytes at ``physical_offset`` as a slice of the mapping, or None if gone."""
+        mapped = self.files.find(physical_offset)
+        if mapped is None:
+            return None
+        position = physical_offset - mapped.file_from_offset
+        if position + size > mapped.wrote_position:
+            return None
+        return mapped.slice(position, size)
+
+    def segment_at(self, physical_offset: int) -> MappedFile | None:
+        return self.files.find(physical_offset)
+
+    # -- recovery --------------------------------------------------------------------------------
+
+    def walk(self, start_index: int) -> Iterator[tuple[int, CheckedRecord]]:
+        """Validate records from segment ``start_index`` on; yields (offset, record) for each message.
+
+        Stops at the first record that is not valid; :attr:`walk_end` is then the end of the log.
+        """
+        files = self.files.files
+        self.walk_end = files[start_index].file_from_offset if files else 0
+        for mapped in files[start_index:]:
+            view = mapped.view
+            base = mapped.file_from_offset
+            position = 0
+            while True:
+                checked = check_record(view, position, base + position)
+                if checked is None:
+                    self.walk_end = base + position
+                    return
+                if checked.size == 0:  # blank END_OF_FILE: the log continues in the next segment
+                    break
+                yield base + position, checked
+                position += checked.size
+                mapped.last_store_timestamp = checked.store_timestamp
+            self.walk_end = base + mapped.file_size
+        return
+
+    def first_store_timestamp(self, mapped: MappedFile) -> int | None:
+        checked = check_record(mapped.view, 0, mapped.file_from_offset)
+        if checked is None or checked.size == 0:
+            return None
+        return checked.store_timestamp
+
+    def open(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+        self.files.close()

@@ -1,0 +1,170 @@
+"""ConsumeQueue: the per-(topic, queue) index of CommitLog positions.
+
+Entry ``n`` (the message at queue offset ``n``) lives at byte ``n * 20`` of the queue's segments::
+
+    +--------------------+-----------+----------------------+
+    | CommitLog offset 8 |  size 4   |     tag hash 8       |
+    +--------------------+-----------+----------------------+
+
+Only the dispatcher writes a ConsumeQueue, and only from records already in the CommitLog, so
+recovery can always rebuild it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from app.store.mapped_file_queue import MappedFileQueue
+
+UNIT = struct.Struct(">qiq")  # CommitLog offset | size | tag hash
+assert UNIT.size == 20
+UNIT_SIZE = UNIT.size
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, files: MappedFileQueue) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.files = files
+        # Entries below this queue offset point at CommitLog data that was deleted.
+        self.min_logic_offset = 0
+        # Global CommitLog offset just past the newest record this queue points at.
+        self.max_physical_end = 0
+
+    @classmethod
+    def open(cls, root: Path, topic: str, queue_id: int, file_entries: int) -> ConsumeQueue:
+        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE)
+        return cls(topic, queue_id, files)
+
+    @property
+    def max_offset(self) -> int:
+        """Queue offset the next message will get."""
+        return self.files.max_offset // UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return max(self.files.min_offset // UNIT_SIZE, self.min_logic_offset)
+
+    def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
+        """Write the entry for ``queue_offset``. Idempotent: an entry already present is kept.
+
+        Returns False when the entry was already there (a re-dispatch during recovery).
+        """
+        position = queue_offset * UNIT_SIZE
+        files = self.files
+        end = files.max_offset
+        if position < end:
+            return False
+        mapped = files.last_file
+        if mapped is None:
+            mapped = files.new_file(position)
+            mapped.wrote_position = position - mapped.file_from_offset
+            if queue_offset:
+                self.min_logic_offset = queue_offset
+        elif mapped.is_full:
+            mapped = files.new_file()
+        local = position - mapped.file_from_offset
+        if local >= mapped.file_size:
+            # A gap (entries lost before a crash): start a segment where this entry belongs.
+            while position - mapped.file_from_offset >= mapped.file_size:
+                mapped.wrote_position = mapped.file_size
+                mapped = files.new_file()
+            local = position - mapped.file_from_offset
+        UNIT.pack_into(mapped.mm, local, physical_offset, size, tags_code)
+        mapped.wrote_position = local + UNIT_SIZE
+        self.max_physical_end = physical_offset + size
+        return True
+
+    def entries(self, queue_offset: int, max_count: int) -> memoryview | None:
+        """Up to ``max_count`` raw entries from ``queue_offset``, within one segment, without copying."""
+        position = queue_offset * UNIT_SIZE
+        mapped = self.files.find(position)
+        if mapped is None:
+            return None
+        local = position - mapped.file_from_offset
+        available = mapped.wrote_position - local
+        if available <= 0:
+            return None
+        return mapped.slice(local, min(available, max_count * UNIT_SIZE))
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        raw = self.entries(queue_offset, 1)
+        if raw is None or len(raw) < UNIT_SIZE:
+            return None
+        return UNIT.unpack_from(raw)
+
+    def iter_entries(self, queue_offset: int) -> Iterator[tuple[int, int, int, int]]:
+        """(queue offset, CommitLog offset, size, tag hash) from ``queue_offset`` to the end."""
+        offset = queue_offset
+        while True:
+            raw = self.entries(offset, 4096)
+            if raw is None:
+                return
+            for physical_offset, size, tags_code in UNIT.iter_unpack(raw):
+                yield offset, physical_offset, size, tags_code
+                offset += 1
+
+    # -- recovery --------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Find the last valid entry, walking from the third-last segment; cut what follows it."""
+        files = self.files.files
+        if not files:
+            return
+        file_size = self.files.file_size
+        start_index = max(0, len(files) - 3)
+        end = files[start_index].file_from_offset
+        for mapped in files[start_index:]:
+            valid = 0
+            for physical_offset, size, _ in UNIT.iter_unpack(
+                mapped.view[: file_size - file_size % UNIT_SIZE]
+            ):
+                if physical_offset < 0 or size <= 0:
+                    break
+                valid += UNIT_SIZE
+                self.max_physical_end = physical_offset + size
+            end = mapped.file_from_offset + valid
+            if valid < file_size:
+                break
+        self.files.set_end(end)
+
+    def truncate_after(self, physical_end: int) -> None:
+        """Drop entries that point at or past CommitLog offset ``physical_end``."""
+        files = self.files
+        max_offset = self.max_offset
+        if max_offset == 0:
+            return
+        # Walk back from the end: entries past the cut are at the tail.
+        offset = max_offset
+        new_end_phys = 0
+        while offset > self.files.min_offset // UNIT_SIZE:
+            entry = self.entry(offset - 1)
+            if entry is None:
+                break
+            physical_offset, size, _ = entry
+            if physical_offset + size <= physical_end:
+                new_end_phys = physical_offset + size
+                break
+            offset -= 1
+        if offset != max_offset:
+            files.truncate(offset * UNIT_SIZE)
+        self.max_physical_end = new_end_phys
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> None:
+        """Skip entries whose CommitLog data was deleted by retention."""
+        offset = self.min_offset
+        max_offset = self.max_offset
+        while offset < max_offset:
+            entry = self.entry(offset)
+            if entry is None or entry[0] >= commitlog_min_offset:
+                break
+            offset += 1
+        self.min_logic_offset = offset
+
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.files.flush(least_pages)
+
+    def close(self) -> None:
+        self.files.close()

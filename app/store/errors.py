@@ -1,0 +1,63 @@
+"""Faults raised by the store. Normal outcomes (an empty queue, an offset past the end) are
+results, not errors: see :class:`app.store.results.GetMessageStatus`.
+
+Exception tree::
+
+    StoreError
+    ├── MessageRejectedError          the message breaks a limit; nothing was stored
+    │   ├── EmptyBodyError
+    │   ├── MessageTooLargeError
+    │   ├── InvalidTopicError
+    │   ├── PropertiesTooLargeError
+    │   └── InvalidQueueError
+    ├── CorruptRecordError            bytes on disk that are not a valid record
+    ├── DiskFullError                 writes refused until the disk has room again
+    ├── StoreClosedError              the store is not open
+    └── StoreConfigError              files on disk disagree with the configuration
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every fault the store raises."""
+
+
+class MessageRejectedError(StoreError):
+    """The message breaks one of the store's limits; nothing was stored."""
+
+
+class EmptyBodyError(MessageRejectedError):
+    pass
+
+
+class MessageTooLargeError(MessageRejectedError):
+    pass
+
+
+class InvalidTopicError(MessageRejectedError):
+    pass
+
+
+class PropertiesTooLargeError(MessageRejectedError):
+    pass
+
+
+class InvalidQueueError(MessageRejectedError):
+    pass
+
+
+class CorruptRecordError(StoreError):
+    """A record whose magic, size, offsets or CRC do not check out."""
+
+
+class DiskFullError(StoreError):
+    """The store's disk is over the refuse-writes ratio; reads keep working."""
+
+
+class StoreClosedError(StoreError):
+    pass
+
+
+class StoreConfigError(StoreError):
+    pass

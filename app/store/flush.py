@@ -1,0 +1,179 @@
+"""Flush services: SYNC_FLUSH group commit, ASYNC_FLUSH for the CommitLog, and ConsumeQueue flush.
+
+Group commit (SPEC 1.7): a producer that needs durability puts a request for its end offset; the
+flush thread swaps the write list and the read list under a short lock, forces the CommitLog once
+(twice if the data spans two segments) and completes every request whose bytes are now on disk.
+One ``fdatasync`` thus acknowledges every producer that arrived while the previous one ran.
+Requests are ``concurrent.futures.Future`` objects: threads wait on ``result()``, asyncio code
+awaits ``asyncio.wrap_future`` without blocking its loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+
+from app.store.checkpoint import Checkpoint
+from app.store.mapped_file_queue import MappedFileQueue
+from app.store.service import ServiceThread
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class FlushRequest:
+    __slots__ = ("next_offset", "deadline_ms", "future")
+
+    def __init__(self, next_offset: int, deadline_ms: int) -> None:
+        self.next_offset = next_offset
+        self.deadline_ms = deadline_ms
+        self.future: Future[bool] = Future()
+
+
+class CommitLogFlusher:
+    """Forces the CommitLog and records the store timestamp it reached in the checkpoint."""
+
+    def __init__(self, files: MappedFileQueue, checkpoint: Checkpoint) -> None:
+        self.files = files
+        self.checkpoint = checkpoint
+
+    def flush(self, least_pages: int = 0) -> None:
+        before = self.files.find(self.files.flushed_where)
+        timestamp = before.last_store_timestamp if before is not None else 0
+        self.files.flush(least_pages)
+        if timestamp:
+            self.checkpoint.commitlog_timestamp = max(self.checkpoint.commitlog_timestamp, timestamp)
+
+
+class GroupCommitService(ServiceThread):
+    name = "group-commit"
+
+    def __init__(self, flusher: CommitLogFlusher, interval_ms: int, timeout_ms: int) -> None:
+        super().__init__(interval_ms / 1000)
+        self.flusher = flusher
+        self.timeout_ms = timeout_ms
+        self._lock = threading.Lock()
+        self._write: list[FlushRequest] = []
+        self._read: list[FlushRequest] = []
+
+    def request(self, next_offset: int) -> Future[bool]:
+        """A future that becomes True when the CommitLog is on disk up to ``next_offset``,
+        False when the flush timeout passed first."""
+        request = FlushRequest(next_offset, _now_ms() + self.timeout_ms)
+        with self._lock:
+            self._write.append(request)
+        self.wakeup()
+        return request.future
+
+    def _swap(self) -> None:
+        with self._lock:
+            self._write, self._read = self._read, self._write
+
+    def run_once(self) -> None:
+        self._swap()
+        requests = self._read
+        if not requests:
+            return
+        files = self.flusher.files
+        for request in requests:
+            # A request can span two segments: at most two flushes bring it to disk.
+            for _ in range(2):
+                if files.flushed_where >= request.next_offset:
+                    break
+                self.flusher.flush()
+            done = files.flushed_where >= request.next_offset
+            if not done and _now_ms() < request.deadline_ms:
+                with self._lock:  # not there yet: retry on the next pass
+                    self._write.append(request)
+                continue
+            request.future.set_result(done)
+        requests.clear()
+
+    def on_stop(self) -> None:
+        # Drain: answer everyone still waiting, after one last flush.
+        self.flusher.flush()
+        for _ in range(2):
+            self._swap()
+            self.run_once()
+        with self._lock:
+            pending = self._write + self._read
+            self._write, self._read = [], []
+        for request in pending:
+            if not request.future.done():
+                request.future.set_result(self.flusher.files.flushed_where >= request.next_offset)
+
+
+class AsyncFlushService(ServiceThread):
+    """ASYNC_FLUSH: every interval, flush when enough pages are dirty; everything at a longer interval."""
+
+    name = "commitlog-flush"
+
+    def __init__(
+        self, flusher: CommitLogFlusher, interval_ms: int, least_pages: int, thorough_ms: int
+    ) -> None:
+        super().__init__(interval_ms / 1000)
+        self.flusher = flusher
+        self.least_pages = least_pages
+        self.thorough_ms = thorough_ms
+        self._last_thorough_ms = _now_ms()
+
+    def run_once(self) -> None:
+        now = _now_ms()
+        least = self.least_pages
+        if now - self._last_thorough_ms >= self.thorough_ms:
+            self._last_thorough_ms = now
+            least = 0
+        self.flusher.flush(least)
+
+    def on_stop(self) -> None:
+        for _ in range(3):  # the tail can span segments
+            self.flusher.flush(0)
+
+
+class ConsumeQueueFlushService(ServiceThread):
+    """Flushes every ConsumeQueue, then the checkpoint that says how far they are on disk."""
+
+    name = "consumequeue-flush"
+
+    def __init__(
+        self,
+        queues: Callable[[], Iterable[MappedFileQueue]],
+        checkpoint: Checkpoint,
+        interval_ms: int,
+        least_pages: int,
+        thorough_ms: int,
+        before_checkpoint: Callable[[], None] = lambda: None,
+    ) -> None:
+        super().__init__(interval_ms / 1000)
+        self.queues = queues
+        self.checkpoint = checkpoint
+        self.least_pages = least_pages
+        self.thorough_ms = thorough_ms
+        self.before_checkpoint = before_checkpoint
+        self._last_thorough_ms = _now_ms()
+        # Set by the store: the store timestamp the ConsumeQueues cover once flushed.
+        self.covered_timestamp: Callable[[], int] = lambda: 0
+
+    def flush_all(self, least_pages: int) -> None:
+        covered = self.covered_timestamp()
+        for files in list(self.queues()):
+            while not files.flush(least_pages) and least_pages == 0:
+                pass
+        if least_pages == 0 and covered:
+            self.checkpoint.consumequeue_timestamp = max(self.checkpoint.consumequeue_timestamp, covered)
+        self.before_checkpoint()
+        self.checkpoint.flush()
+
+    def run_once(self) -> None:
+        now = _now_ms()
+        least = self.least_pages
+        if now - self._last_thorough_ms >= self.thorough_ms:
+            self._last_thorough_ms = now
+            least = 0
+        self.flush_all(least)
+
+    def on_stop(self) -> None:
+        self.flush_all(0)

@@ -1,0 +1,168 @@
+"""An ordered run of equally sized segments that together form one logical file.
+
+Offsets are global: segment ``k`` covers ``[from_k, from_k + file_size)`` and is named ``from_k``.
+The list of segments is replaced, never mutated in place, so a flush thread can walk a snapshot of it
+while the writer rolls to a new segment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from app.store.errors import StoreConfigError
+from app.store.mapped_file import PAGE_SIZE, MappedFile, segment_name
+
+
+class MappedFileQueue:
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+
+    def load(self) -> None:
+        """Map every existing segment; positions are set later by recovery."""
+        if not self.directory.is_dir():
+            return
+        names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
+        files = []
+        for name in names:
+            mapped = MappedFile(self.directory / name, self.file_size)
+            mapped.wrote_position = mapped.flushed_position = self.file_size
+            files.append(mapped)
+        for previous, current in zip(files, files[1:], strict=False):
+            if current.file_from_offset != previous.file_from_offset + self.file_size:
+                for mapped in files:
+                    mapped.close()
+                raise StoreConfigError(f"gap between segments {previous.path} and {current.path}")
+        self.files = files
+
+    # -- lookups ---------------------------------------------------------------------------------
+
+    @property
+    def last_file(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    @property
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].file_from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Global offset just past the last readable byte."""
+        files = self.files
+        return files[-1].end_offset if files else 0
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding global ``offset``, or None if no segment does."""
+        files = self.files
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        index = (offset - first) // self.file_size
+        if 0 <= index < len(files):
+            mapped = files[index]
+            if mapped.file_from_offset <= offset < mapped.file_from_offset + self.file_size:
+                return mapped
+        for mapped in files:  # the index guess can only miss if the list changed under us
+            if mapped.file_from_offset <= offset < mapped.file_from_offset + self.file_size:
+                return mapped
+        return None
+
+    def find_by_timestamp(self, timestamp_ms: int) -> MappedFile | None:
+        """The first segment modified at or after ``timestamp_ms``, else the last one."""
+        files = self.files
+        for mapped in files:
+            if os.stat(mapped.path).st_mtime * 1000 >= timestamp_ms:
+                return mapped
+        return files[-1] if files else None
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def new_file(self, offset: int | None = None) -> MappedFile:
+        """Create the segment after the last one (or at ``offset``, the start of an empty queue)."""
+        last = self.last_file
+        if last is not None:
+            start = last.file_from_offset + self.file_size
+        else:
+            start = offset - offset % self.file_size if offset else 0
+        mapped = MappedFile.create(self.directory, start, self.file_size)
+        if last is None:
+            self.flushed_where = start
+        self.files = [*self.files, mapped]
+        return mapped
+
+    def writable_file(self) -> MappedFile:
+        last = self.last_file
+        if last is None or last.is_full:
+            return self.new_file()
+        return last
+
+    # -- flushing --------------------------------------------------------------------------------
+
+    def dirty_pages(self) -> int:
+        return max(0, self.max_offset // PAGE_SIZE - self.flushed_where // PAGE_SIZE)
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """Force one segment's dirty bytes to disk, starting where the last flush ended.
+
+        Flushes only when at least ``least_pages`` pages are dirty (0: whenever anything is).
+        Returns True when nothing was left to flush.
+        """
+        mapped = self.find(self.flushed_where)
+        if mapped is None:
+            return True
+        dirty = mapped.wrote_position - mapped.flushed_position
+        if dirty <= 0:
+            if mapped.is_full and mapped is not self.last_file:
+                # Full and flushed: the next segment is where flushing continues.
+                self.flushed_where = mapped.file_from_offset + self.file_size
+            return self.flushed_where >= self.max_offset
+        if least_pages > 0 and mapped.dirty_pages() < least_pages and not mapped.is_full:
+            return False
+        position = mapped.flush()
+        self.flushed_where = mapped.file_from_offset + position
+        return self.flushed_where >= self.max_offset
+
+    # -- recovery and removal -------------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Make ``offset`` the end: cut the segment that holds it, delete every later segment."""
+        keep = []
+        for mapped in self.files:
+            file_end = mapped.file_from_offset + self.file_size
+            if file_end <= offset:
+                keep.append(mapped)
+            elif mapped.file_from_offset <= offset:
+                position = offset - mapped.file_from_offset
+                mapped.zero_from(position)
+                mapped.wrote_position = mapped.flushed_position = position
+                keep.append(mapped)
+            else:
+                mapped.destroy()
+        self.files = keep
+        self.flushed_where = min(self.flushed_where, offset) if keep else offset
+
+    def set_end(self, offset: int) -> None:
+        """After recovery: every segment before ``offset`` is full and flushed, the rest is cut."""
+        self.truncate(offset)
+        for mapped in self.files:
+            if mapped.file_from_offset + self.file_size <= offset:
+                mapped.wrote_position = mapped.flushed_position = self.file_size
+        self.flushed_where = offset
+
+    def remove_first(self, count: int) -> list[MappedFile]:
+        removed, self.files = self.files[:count], self.files[count:]
+        for mapped in removed:
+            mapped.destroy()
+        return removed
+
+    def close(self) -> None:
+        for mapped in self.files:
+            mapped.close()
+
+    def __repr__(self) -> str:
+        return f"MappedFileQueue({self.directory}, {[segment_name(m.file_from_offset) for m in self.files]})"

@@ -1,0 +1,346 @@
+"""MessageStore: the facade that wires CommitLog, ConsumeQueues, flush services and recovery.
+
+It holds no storage logic of its own: it encodes outside the lock, appends through the CommitLog,
+waits for group commit when asked, and answers reads from a ConsumeQueue and the CommitLog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+
+from app.store.checkpoint import Checkpoint
+from app.store.commit_log import CommitLog
+from app.store.config import FlushMode, StoreConfig
+from app.store.consume_queue import UNIT, ConsumeQueue
+from app.store.errors import InvalidQueueError, StoreClosedError
+from app.store.filter import TagFilter
+from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
+from app.store.record import (
+    Limits,
+    Message,
+    StoredMessage,
+    decode_record,
+    encode_host,
+    encode_record,
+    record_tags,
+)
+from app.store.recovery import RecoveryReport, recover
+from app.store.results import AppendResult, GetMessageResult, GetMessageStatus, PutStatus
+
+log = logging.getLogger(__name__)
+
+# (topic, queue_id, next queue offset, tags_code): called after every append, outside the lock.
+ArrivalListener = Callable[[str, int, int, int], None]
+
+MAX_QUEUE_ID = 1 << 16
+
+_DONE: Future[bool] = Future()
+_DONE.set_result(True)
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, on_arrival: ArrivalListener | None = None) -> None:
+        self.config = config
+        self.on_arrival = on_arrival
+        self.store_host = encode_host(config.store_host, config.store_port)
+        self.limits = Limits(config.max_message_size, config.max_topic_length, config.max_properties_size)
+        self.checkpoint = Checkpoint(config.checkpoint_path)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._queues_lock = threading.Lock()
+        self.commitlog = CommitLog(
+            config.commitlog_dir, config.commitlog_file_size, self.store_host, self._dispatch
+        )
+        self.flusher = CommitLogFlusher(self.commitlog.files, self.checkpoint)
+        self.group_commit: GroupCommitService | None = None
+        self.async_flush: AsyncFlushService | None = None
+        self.consumequeue_flush: ConsumeQueueFlushService | None = None
+        self.recovery: RecoveryReport | None = None
+        self.is_open = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def open(self) -> MessageStore:
+        """Load every file, recover, and start the flush services."""
+        config = self.config
+        for directory in (config.store_dir, config.commitlog_dir, config.consumequeue_dir, config.config_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        clean = not config.abort_path.exists()
+        self.commitlog.files.load()
+        self._load_consume_queues()
+        self.recovery = recover(
+            self.commitlog,
+            self._all_queues,
+            self.checkpoint,
+            clean,
+            self._dispatch,
+            config.recover_segments_normal,
+        )
+        commitlog_min = self.commitlog.min_offset
+        for (topic, queue_id), queue in self.consume_queues.items():
+            queue.correct_min_offset(commitlog_min)
+            self.commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
+        config.abort_path.touch()
+        self.commitlog.open()
+        self._start_services()
+        self.is_open = True
+        return self
+
+    def _start_services(self) -> None:
+        config = self.config
+        if config.flush_mode is FlushMode.SYNC:
+            self.group_commit = GroupCommitService(
+                self.flusher, config.group_commit_interval_ms, config.sync_flush_timeout_ms
+            )
+            self.group_commit.start()
+        else:
+            self.async_flush = AsyncFlushService(
+                self.flusher,
+                config.flush_interval_commitlog_ms,
+                config.flush_commitlog_least_pages,
+                config.flush_commitlog_thorough_interval_ms,
+            )
+            self.async_flush.start()
+        self.consumequeue_flush = ConsumeQueueFlushService(
+            lambda: [queue.files for queue in self._all_queues()],
+            self.checkpoint,
+            config.flush_interval_consumequeue_ms,
+            config.flush_consumequeue_least_pages,
+            config.flush_consumequeue_thorough_interval_ms,
+        )
+        self.consumequeue_flush.covered_timestamp = self._last_store_timestamp
+        self.consumequeue_flush.start()
+
+    def close(self) -> None:
+        """Stop accepting writes, drain the flush services, write the checkpoint, remove abort."""
+        if not self.is_open:
+            return
+        self.is_open = False
+        self.commitlog.closed = True
+        with self.commitlog.lock:
+            pass  # wait for an append in progress
+        for service in (self.group_commit, self.async_flush, self.consumequeue_flush):
+            if service is not None:
+                service.stop()
+        self.flusher.flush()
+        for queue in self._all_queues():
+            queue.flush()
+        self.checkpoint.commitlog_timestamp = max(
+            self.checkpoint.commitlog_timestamp, self._last_store_timestamp()
+        )
+        self.checkpoint.consumequeue_timestamp = self.checkpoint.commitlog_timestamp
+        self.checkpoint.flush()
+        self.commitlog.close()
+        for queue in self._all_queues():
+            queue.close()
+        self.config.abort_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> MessageStore:
+        return self.open()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def append(self, messages: Sequence[Message]) -> list[AppendResult]:
+        """Validate, encode (outside the lock) and append messages; no waiting for the disk.
+
+        Either every message is valid and all are stored, or a MessageRejectedError names the
+        first bad one and nothing is stored.
+        """
+        if not self.is_open:
+            raise StoreClosedError("the store is not open")
+        now = int(time.time() * 1000)
+        host, limits = self.store_host, self.limits
+        check_fits = self.commitlog.check_fits
+        records = []
+        for message in messages:
+            if not 0 <= message.queue_id < MAX_QUEUE_ID:
+                raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
+            record = encode_record(message, host, now, limits)
+            check_fits(len(record.data))
+            records.append(record)
+        results = self.commitlog.append(records)
+        listener = self.on_arrival
+        if listener is not None:
+            for result, record in zip(results, records, strict=True):
+                listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
+        return results
+
+    def durable(self, results: Sequence[AppendResult]) -> Future[bool]:
+        """A future that is True once ``results`` are on disk as the flush mode promises.
+
+        Under ASYNC_FLUSH it is already done; under SYNC_FLUSH it completes with the group commit
+        that covers the last result (False after the flush timeout).
+        """
+        if self.group_commit is None or not results:
+            return _DONE
+        return self.group_commit.request(max(result.end_offset for result in results))
+
+    def put(self, messages: Sequence[Message]) -> list[AppendResult]:
+        """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
+        results = self.append(messages)
+        if self.group_commit is not None and results:
+            ok = self.durable(results).result()
+            if not ok:
+                results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
+        return results
+
+    async def put_async(self, messages: Sequence[Message]) -> list[AppendResult]:
+        """As :meth:`put`, awaiting the group commit without blocking the event loop."""
+        results = self.append(messages)
+        if self.group_commit is not None and results:
+            ok = await asyncio.wrap_future(self.durable(results))
+            if not ok:
+                results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
+        return results
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int = 32,
+        tag_filter: TagFilter | None = None,
+    ) -> GetMessageResult:
+        """Read up to ``max_messages`` records of one queue from ``offset`` (SPEC 1.10)."""
+        queue = self.consume_queues.get((topic, queue_id))
+        if queue is None or queue.max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        if offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            next_offset = min_offset if min_offset == 0 else max_offset
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset, max_offset
+            )
+
+        config = self.config
+        scan_entries = max(config.max_scan_bytes_per_pull, max_messages * 20) // UNIT.size
+        max_bytes = config.max_transfer_bytes_per_pull
+        commitlog = self.commitlog
+        commitlog_min = commitlog.min_offset
+        records: list[memoryview] = []
+        queue_offsets: list[int] = []
+        total = 0
+        next_offset = offset
+        codes = tag_filter.codes if tag_filter is not None else None
+        raw = queue.entries(offset, scan_entries)
+        if raw is not None:
+            for physical_offset, size, tags_code in UNIT.iter_unpack(raw):
+                if records and (len(records) >= max_messages or total + size > max_bytes):
+                    break
+                current = next_offset
+                next_offset += 1
+                if size <= 0 or physical_offset < commitlog_min:
+                    continue
+                if codes is not None and tags_code not in codes:
+                    continue
+                data = commitlog.read(physical_offset, size)
+                if data is None:
+                    continue
+                if tag_filter is not None and not tag_filter.matches(record_tags(data)):
+                    continue
+                records.append(data)
+                queue_offsets.append(current)
+                total += size
+        status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, next_offset, min_offset, max_offset, records, queue_offsets, total)
+
+    def read_messages(
+        self, topic: str, queue_id: int, offset: int, max_messages: int = 32
+    ) -> list[StoredMessage]:
+        """Decoded messages from ``offset``: a convenience over :meth:`get_message`."""
+        result = self.get_message(topic, queue_id, offset, max_messages)
+        return [decode_record(record) for record in result.records]
+
+    def look_message(self, physical_offset: int) -> StoredMessage | None:
+        """The message stored at ``physical_offset`` (the offset a message id names), or None."""
+        head = self.commitlog.read(physical_offset, 4)
+        if head is None:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if size <= 0:
+            return None
+        data = self.commitlog.read(physical_offset, size)
+        if data is None:
+            return None
+        try:
+            record = decode_record(data)
+        except Exception:
+            return None
+        return record if record.physical_offset == physical_offset else None
+
+    # -- queues ----------------------------------------------------------------------------------
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.consume_queues.get((topic, queue_id))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.consume_queues.get((topic, queue_id))
+        return queue.max_offset if queue is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.consume_queues.get((topic, queue_id))
+        return queue.min_offset if queue is not None else 0
+
+    def topics(self) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for topic, queue_id in list(self.consume_queues):
+            found.setdefault(topic, []).append(queue_id)
+        return {topic: sorted(ids) for topic, ids in found.items()}
+
+    def _consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self.consume_queues.get((topic, queue_id))
+        if queue is None:
+            with self._queues_lock:
+                queue = self.consume_queues.get((topic, queue_id))
+                if queue is None:
+                    queue = ConsumeQueue.open(
+                        self.config.consumequeue_dir, topic, queue_id, self.config.consumequeue_file_entries
+                    )
+                    self.consume_queues = {**self.consume_queues, (topic, queue_id): queue}
+        return queue
+
+    def _all_queues(self) -> Iterable[ConsumeQueue]:
+        return list(self.consume_queues.values())
+
+    def _load_consume_queues(self) -> None:
+        root = self.config.consumequeue_dir
+        for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
+                queue = self._consume_queue(topic_dir.name, int(queue_dir.name))
+                queue.files.load()
+
+    def _dispatch(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        size: int,
+        tags_code: int,
+        store_timestamp: int,
+        keys: str,
+        uniq_key: str,
+    ) -> None:
+        queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
+        queue.put(queue_offset, physical_offset, size, tags_code)
+
+    def _last_store_timestamp(self) -> int:
+        last = self.commitlog.files.last_file
+        return last.last_store_timestamp if last is not None else 0
+
+    def disk_path(self) -> str:
+        return os.fspath(self.config.store_dir)
