@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import uvicorn
-
 from app.api.app import create_app
+from app.server import WharfServer, server_config
 from app.settings import Settings
 
 
 def main() -> None:
     settings = Settings()
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=10,
-    )
+    WharfServer(server_config(create_app(settings), settings)).run()
 
 
 if __name__ == "__main__":

@@ -47,6 +47,19 @@ class Settings(BaseSettings):
     max_scan_bytes_per_pull: int = Field(16_000, ge=20)
     max_transfer_bytes_per_pull: int = Field(4 * 1024 * 1024, ge=1)
 
+    # Topics (SPEC 3).
+    auto_create_topics: bool = True
+    default_topic_queue_nums: int = Field(4, ge=1, le=1024)
+
+    # HTTP API and long polling (SPEC 4).
+    max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    pull_default_messages: int = Field(32, ge=1)
+    pull_max_messages: int = Field(10_000, ge=1)
+    max_wait_ms: int = Field(30_000, ge=0)
+    hold_check_interval_ms: int = Field(5_000, ge=10)
+    idempotency_window_s: int = Field(300, ge=0)
+    idempotency_max_entries: int = Field(1_000_000, ge=0)
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.store_dir / 'wharf.db'}"

@@ -9,8 +9,19 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from app.api import messages, topics
+from app.api.broker import Broker
+from app.api.errors import ErrorCode, error_response, install_error_handlers
+from app.longpoll.hold import PullHoldService
+from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore
+
+DESCRIPTION = """An HTTP-native, RocketMQ-style message broker.
+
+Every error is answered in one envelope, `{"error_code": 40402, "message": "..."}`, whose HTTP
+status is `error_code // 100`. The codes are listed in the `ErrorCode` schema.
+"""
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -18,22 +29,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = MessageStore(settings.store_config())
+        holds = PullHoldService(lambda topic, queue_id: 0, settings.hold_check_interval_ms / 1000)
+        store = MessageStore(settings.store_config(), on_arrival=holds.notify_arrival)
+        holds.max_offset = store.max_offset
         # Loading and recovery read the disk: keep them off the event loop.
         await asyncio.to_thread(store.open)
-        app.state.store = store
+        topic_configs = TopicConfigManager(settings.store_config().config_dir / "topics.json")
+        await holds.start()
+        app.state.broker = Broker(settings, store, topic_configs, holds)
         try:
             yield
         finally:
+            await holds.stop()
+            app.state.broker = None
             await asyncio.to_thread(store.close)
 
     app = FastAPI(
         title="Wharf",
         version="0.1.0",
-        description="An HTTP-native, RocketMQ-style message broker.",
+        description=DESCRIPTION,
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.broker = None
+    install_error_handlers(app)
+    app.include_router(topics.router)
+    app.include_router(messages.router)
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:
@@ -41,11 +62,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/readyz", tags=["health"], summary="Readiness: the store is recovered and writable")
     async def readyz() -> JSONResponse:
-        store: MessageStore | None = getattr(app.state, "store", None)
-        if store is None or not store.is_open:
-            return JSONResponse(
-                {"error_code": 50301, "message": "the store is not open yet"}, status_code=503
-            )
+        broker: Broker | None = app.state.broker
+        if broker is None or not broker.store.is_open:
+            return error_response(ErrorCode.NOT_READY, "the store is not open")  # type: ignore[return-value]
         return JSONResponse({"status": "ready"})
 
     return app

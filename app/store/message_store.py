@@ -295,6 +295,35 @@ class MessageStore:
         queue = self.consume_queues.get((topic, queue_id))
         return queue.min_offset if queue is not None else 0
 
+    def last_store_timestamp(self, topic: str, queue_id: int) -> int | None:
+        """Store time of the newest message of a queue, None for an empty queue."""
+        queue = self.consume_queues.get((topic, queue_id))
+        if queue is None or queue.max_offset == 0:
+            return None
+        entry = queue.entry(queue.max_offset - 1)
+        message = self.look_message(entry[0]) if entry is not None else None
+        return message.store_timestamp if message is not None else None
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop every ConsumeQueue of ``topic``; its CommitLog records go with retention.
+
+        Returns how many queues were removed. New messages to the topic start again at offset 0.
+        """
+        with self.commitlog.lock, self._queues_lock:
+            doomed = [queue for key, queue in self.consume_queues.items() if key[0] == topic]
+            self.consume_queues = {key: q for key, q in self.consume_queues.items() if key[0] != topic}
+            for queue in doomed:
+                self.commitlog.queue_offsets.pop((queue.topic, queue.queue_id), None)
+        for queue in doomed:
+            queue.files.remove_first(len(queue.files.files))
+        topic_dir = self.config.consumequeue_dir / topic
+        for child in sorted(topic_dir.glob("*"), reverse=True):
+            if child.is_dir():
+                child.rmdir()
+        if topic_dir.is_dir():
+            topic_dir.rmdir()
+        return len(doomed)
+
     def topics(self) -> dict[str, list[int]]:
         found: dict[str, list[int]] = {}
         for topic, queue_id in list(self.consume_queues):

@@ -1,0 +1,253 @@
+"""The broker's request logic between HTTP and the store: topics, queue choice, idempotent produce,
+and pulls that are held until a message arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import secrets
+import socket
+import time
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from app.api.codec import IncomingMessage
+from app.api.errors import ApiError, ErrorCode
+from app.api.idempotency import IdempotencyWindow
+from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
+from app.routing.topic_config import TopicConfig, TopicConfigManager
+from app.settings import Settings
+from app.store import GetMessageResult, GetMessageStatus, Message, MessageStore, PutStatus, TagFilter
+from app.store.errors import InvalidTopicError
+from app.store.record import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, validate_topic
+
+RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
+
+# A pull is held again only while at least this much of its wait is left.
+MIN_HOLD_S = 0.001
+
+SEND_STATUS = {PutStatus.PUT_OK: "SEND_OK", PutStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT"}
+
+
+class UniqueIdGenerator:
+    """32 hex digits: host, process and a random salt, then a counter - unique without coordination."""
+
+    def __init__(self) -> None:
+        try:
+            address = socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+        except OSError:
+            address = b"\x7f\0\0\x01"
+        prefix = address + (os.getpid() & 0xFFFF).to_bytes(2, "big") + secrets.token_bytes(4)
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count(int(time.time() * 1000) << 8)
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012X}"
+
+
+class Broker:
+    def __init__(
+        self,
+        settings: Settings,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        holds: PullHoldService,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.topics = topics
+        self.holds = holds
+        self.idempotency = IdempotencyWindow(settings.idempotency_window_s, settings.idempotency_max_entries)
+        self.unique_ids = UniqueIdGenerator()
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicConfig:
+        config = self.topics.get(name)
+        if config is None:
+            raise ApiError(ErrorCode.TOPIC_NOT_FOUND, f"topic {name!r} not found")
+        return config
+
+    def topic_for_write(self, name: str) -> TopicConfig:
+        config = self.topics.get(name)
+        if config is None:
+            if not self.settings.auto_create_topics:
+                raise ApiError(ErrorCode.TOPIC_NOT_FOUND, f"topic {name!r} not found")
+            try:
+                validate_topic(name, self.settings.max_topic_length)
+            except InvalidTopicError as exc:
+                raise ApiError(ErrorCode.INVALID_TOPIC, str(exc)) from None
+            config, _ = self.topics.get_or_create(name, self.settings.default_topic_queue_nums)
+        if not config.writable:
+            raise ApiError(ErrorCode.TOPIC_NOT_WRITABLE, f"topic {name!r} does not accept messages")
+        return config
+
+    def queue_of(self, name: str, queue_id: int) -> TopicConfig:
+        config = self.topic(name)
+        if not 0 <= queue_id < config.queue_nums:
+            raise ApiError(
+                ErrorCode.QUEUE_NOT_FOUND,
+                f"topic {name!r} has queues 0..{config.queue_nums - 1}, not {queue_id}",
+            )
+        return config
+
+    # -- producing -------------------------------------------------------------------------------
+
+    def _choose_queue(self, config: TopicConfig, incoming: IncomingMessage) -> int:
+        queues = config.write_queue_nums
+        if incoming.queue_id is not None:
+            if incoming.queue_id >= queues:
+                raise ApiError(
+                    ErrorCode.INVALID_QUEUE,
+                    f"topic {config.name!r} has write queues 0..{queues - 1}, not {incoming.queue_id}",
+                )
+            return incoming.queue_id
+        if incoming.sharding_key is not None:
+            return zlib.crc32(incoming.sharding_key.encode()) % queues
+        counter = self._round_robin.get(config.name)
+        if counter is None:
+            counter = self._round_robin[config.name] = itertools.count()
+        return next(counter) % queues
+
+    def _to_message(self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str) -> Message:
+        properties = incoming.properties
+        if properties:
+            reserved = RESERVED_PROPERTIES.intersection(properties)
+            if reserved:
+                raise ApiError(
+                    ErrorCode.INVALID_PROPERTY,
+                    f"properties {sorted(reserved)} are reserved: use the tags, keys and unique_id fields",
+                )
+            properties = dict(properties)
+        else:
+            properties = {}
+        if incoming.tags:
+            properties[PROPERTY_TAGS] = incoming.tags
+        if incoming.keys:
+            for key in incoming.keys:
+                if not key or key.split() != [key]:
+                    raise ApiError(ErrorCode.INVALID_PROPERTY, f"key {key!r} is empty or holds whitespace")
+            properties[PROPERTY_KEYS] = " ".join(incoming.keys)
+        properties[PROPERTY_UNIQ_KEY] = unique_id
+        return Message(
+            topic,
+            incoming.body,
+            queue_id,
+            properties,
+            flag=incoming.flag,
+            born_timestamp=incoming.born_timestamp,
+        )
+
+    async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
+        """Store a batch in one append; results in request order. Repeats of a producer's unique id
+        within the idempotency window are answered with the first result and not stored again."""
+        config = self.topic_for_write(topic)
+        window = self.idempotency if self.idempotency.enabled else None
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Future[dict[str, Any]]] = []
+        fresh: list[tuple[asyncio.Future[dict[str, Any]], str, str | None]] = []
+        seen: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        messages = []
+        for incoming in batch:
+            supplied = incoming.unique_id
+            if supplied is not None and window is not None:
+                earlier = seen.get(supplied) or window.get((topic, supplied))
+                if earlier is not None:
+                    answers.append(earlier)
+                    continue
+            unique_id = supplied or self.unique_ids.next()
+            messages.append(
+                self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
+            )
+            future: asyncio.Future[dict[str, Any]] = loop.create_future()
+            answers.append(future)
+            fresh.append((future, unique_id, supplied))
+            if supplied is not None:
+                seen[supplied] = future
+        if messages:
+            appended = self.store.append(messages)
+            if window is not None:
+                for future, _, supplied in fresh:
+                    if supplied is not None:
+                        window.put((topic, supplied), future)
+            durable = True
+            if self.store.group_commit is not None:
+                durable = await asyncio.wrap_future(self.store.durable(appended))
+            status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
+            for (future, unique_id, _), result in zip(fresh, appended, strict=True):
+                future.set_result(
+                    {
+                        "msg_id": result.msg_id,
+                        "unique_id": unique_id,
+                        "queue_id": result.queue_id,
+                        "queue_offset": result.queue_offset,
+                        "status": status,
+                    }
+                )
+        return [await answer for answer in answers]
+
+    # -- pulling ---------------------------------------------------------------------------------
+
+    def resolve_pull_offset(
+        self, topic: str, queue_id: int, offset: int | None, group: str | None, commit_offset: int | None
+    ) -> int:
+        """The offset a pull reads from: the one asked for, else the group's committed offset."""
+        if commit_offset is not None:
+            if group is None:
+                raise ApiError(ErrorCode.BAD_REQUEST, "commit_offset needs a group")
+            if commit_offset < 0:
+                raise ApiError(
+                    ErrorCode.INVALID_OFFSET, f"commit_offset must be 0 or more, got {commit_offset}"
+                )
+            self.commit_offset(group, topic, queue_id, commit_offset)
+        if offset is not None:
+            return offset
+        if group is None:
+            raise ApiError(
+                ErrorCode.BAD_REQUEST, "give an offset, or a group to read from its committed offset"
+            )
+        return self.group_offset(group, topic, queue_id)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.store.consumer_offsets.commit(group, topic, queue_id, offset)
+
+    def group_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return self.store.consumer_offsets.query(group, topic, queue_id)
+
+    async def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter | None,
+        max_wait_ms: int,
+        receive: Receive | None = None,
+    ) -> GetMessageResult:
+        """Read from ``offset``; with nothing new and a wait allowed, hold until a matching message
+        arrives or the wait ends. Non-matching messages move the offset on while holding."""
+        store = self.store
+        deadline = time.monotonic() + min(max_wait_ms, self.settings.max_wait_ms) / 1000
+        codes = tag_filter.codes if tag_filter is not None else None
+        while True:
+            result = store.get_message(topic, queue_id, offset, max_messages, tag_filter)
+            status = result.status
+            if status is GetMessageStatus.FOUND:
+                return result
+            if status is GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = result.next_offset
+                if offset < result.max_offset:
+                    continue  # more to scan right away
+            elif status not in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining < MIN_HOLD_S:
+                return result
+            # An empty queue wakes its pulls with its first message, whatever offset they asked for.
+            hold_offset = 0 if status is GetMessageStatus.NO_MESSAGE_IN_QUEUE else offset
+            outcome = await self.holds.hold(topic, queue_id, hold_offset, codes, remaining, receive)
+            if outcome is not HoldOutcome.ARRIVED:
+                return result

@@ -1,0 +1,232 @@
+"""Message encodings on the wire: JSON message objects and Wharf's two binary formats.
+
+Binary produce batch, ``Content-Type: application/vnd.wharf.batch`` (all integers big-endian)::
+
+    batch   := "WHB1" | count u32 | message * count
+    message := queue_id i32 (-1: the broker chooses) | flag i32 | born_timestamp i64 (0: now)
+               | tags u16+utf8 | keys u16+utf8 (space-separated) | unique_id u16+utf8
+               | sharding_key u16+utf8 | properties u32+bytes ("name\\x01value\\x02"...)
+               | body u32+bytes
+
+Binary pull answer, ``Accept: application/vnd.wharf.records``: the stored CommitLog records,
+concatenated exactly as they are on disk (each starts with its 4-byte TOTALSIZE; layout in
+app/store/record.py), with the pull's status and offsets in ``X-Wharf-*`` headers. The broker
+copies the bytes once and encodes nothing, which makes it the cheapest way to read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.store.record import (
+    HEADER,
+    POS_BODY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    decode_properties,
+    message_id,
+)
+
+BATCH_MAGIC = b"WHB1"
+BATCH_MEDIA_TYPE = "application/vnd.wharf.batch"
+RECORDS_MEDIA_TYPE = "application/vnd.wharf.records"
+
+_BATCH_HEAD = struct.Struct(">4sI")
+_MESSAGE_HEAD = struct.Struct(">iiq")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_SHORT = struct.Struct(">h")
+
+SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
+
+
+class BatchFormatError(ValueError):
+    """The binary batch does not follow the documented layout."""
+
+
+class BodyEncodingError(ValueError):
+    """A body does not decode with its declared encoding."""
+
+
+@dataclass(slots=True)
+class IncomingMessage:
+    """A message as a client sent it, before the broker picks its queue."""
+
+    body: bytes
+    tags: str = ""
+    keys: list[str] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+    queue_id: int | None = None
+    sharding_key: str | None = None
+    unique_id: str | None = None
+    flag: int = 0
+    born_timestamp: int = 0
+
+
+def decode_body(body: str, encoding: str) -> bytes:
+    if encoding == "utf8":
+        return body.encode()
+    try:
+        return base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BodyEncodingError(f"body is not valid base64: {exc}") from None
+
+
+def encode_body(body: bytes | memoryview) -> tuple[str, str]:
+    """(text, encoding): UTF-8 text when the bytes are valid UTF-8, base64 otherwise."""
+    try:
+        return str(body, "utf-8"), "utf8"
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode("ascii"), "base64"
+
+
+def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
+    """The pull API's message object, straight from a stored record."""
+    (
+        _total,
+        _magic,
+        _crc,
+        queue_id,
+        _flag,
+        queue_offset,
+        physical_offset,
+        _sysflag,
+        born_timestamp,
+        _born_host,
+        store_timestamp,
+        store_host,
+        reconsume_times,
+        _prepared,
+        body_length,
+    ) = HEADER.unpack_from(record, 0)
+    body_end = POS_BODY + body_length
+    topic_length = record[body_end]
+    topic_end = body_end + 1 + topic_length
+    (properties_length,) = _SHORT.unpack_from(record, topic_end)
+    properties = decode_properties(record[topic_end + 2 : topic_end + 2 + properties_length])
+    tags = properties.pop(PROPERTY_TAGS, "")
+    keys = properties.pop(PROPERTY_KEYS, "")
+    unique_id = properties.pop(PROPERTY_UNIQ_KEY, "")
+    text, encoding = encode_body(record[POS_BODY:body_end])
+    return {
+        "msg_id": message_id(store_host, physical_offset),
+        "unique_id": unique_id,
+        "topic": str(record[body_end + 1 : topic_end], "ascii"),
+        "queue_id": queue_id,
+        "queue_offset": queue_offset,
+        "tags": tags,
+        "keys": keys.split() if keys else [],
+        "properties": properties,
+        "body": text,
+        "encoding": encoding,
+        "born_timestamp": born_timestamp,
+        "store_timestamp": store_timestamp,
+        "reconsume_times": reconsume_times,
+    }
+
+
+def parse_batch(data: bytes) -> list[IncomingMessage]:
+    """Decode a binary produce batch; BatchFormatError says where it goes wrong."""
+    view = memoryview(data)
+    if len(view) < _BATCH_HEAD.size:
+        raise BatchFormatError("batch is shorter than its 8-byte header")
+    magic, count = _BATCH_HEAD.unpack_from(view, 0)
+    if magic != BATCH_MAGIC:
+        raise BatchFormatError(f"batch must start with {BATCH_MAGIC!r}, got {bytes(magic)!r}")
+    position = _BATCH_HEAD.size
+    messages = []
+    try:
+        for index in range(count):
+            queue_id, flag, born_timestamp = _MESSAGE_HEAD.unpack_from(view, position)
+            position += _MESSAGE_HEAD.size
+            texts = []
+            for _ in range(4):
+                (length,) = _U16.unpack_from(view, position)
+                position += 2
+                texts.append(str(view[position : position + length], "utf-8"))
+                position += length
+                _check_within(view, position, index)
+            (properties_length,) = _U32.unpack_from(view, position)
+            position += 4
+            raw_properties = view[position : position + properties_length]
+            position += properties_length
+            _check_within(view, position, index)
+            (length,) = _U32.unpack_from(view, position)
+            position += 4
+            body = bytes(view[position : position + length])
+            position += length
+            _check_within(view, position, index)
+            tags, keys, unique_id, sharding_key = texts
+            messages.append(
+                IncomingMessage(
+                    body=body,
+                    tags=tags,
+                    keys=keys.split() if keys else [],
+                    properties=decode_properties(raw_properties) if properties_length else {},
+                    queue_id=None if queue_id < 0 else queue_id,
+                    sharding_key=sharding_key or None,
+                    unique_id=unique_id or None,
+                    flag=flag,
+                    born_timestamp=born_timestamp,
+                )
+            )
+    except struct.error:
+        raise BatchFormatError(f"batch ends inside message {len(messages)}") from None
+    except UnicodeDecodeError:
+        raise BatchFormatError(f"message {len(messages)} has a text field that is not UTF-8") from None
+    if position != len(view):
+        raise BatchFormatError(f"{len(view) - position} bytes follow the last of {count} messages")
+    return messages
+
+
+def _check_within(view: memoryview, position: int, index: int) -> None:
+    if position > len(view):
+        raise BatchFormatError(f"batch ends inside message {index}")
+
+
+def encode_batch(messages: Iterable[IncomingMessage]) -> bytes:
+    """The binary produce batch for ``messages`` (the format clients send)."""
+    parts = []
+    count = 0
+    for message in messages:
+        count += 1
+        properties = "".join(f"{name}\x01{value}\x02" for name, value in message.properties.items()).encode()
+        parts.append(
+            _MESSAGE_HEAD.pack(
+                -1 if message.queue_id is None else message.queue_id, message.flag, message.born_timestamp
+            )
+        )
+        for text in (
+            message.tags,
+            " ".join(message.keys),
+            message.unique_id or "",
+            message.sharding_key or "",
+        ):
+            raw = text.encode()
+            parts.append(_U16.pack(len(raw)))
+            parts.append(raw)
+        parts.append(_U32.pack(len(properties)))
+        parts.append(properties)
+        parts.append(_U32.pack(len(message.body)))
+        parts.append(message.body)
+    return _BATCH_HEAD.pack(BATCH_MAGIC, count) + b"".join(parts)
+
+
+def split_records(data: bytes | memoryview) -> list[memoryview]:
+    """Cut a binary pull answer back into its records."""
+    view = memoryview(data)
+    records = []
+    position = 0
+    while position < len(view):
+        (size,) = struct.unpack_from(">i", view, position)
+        if size <= 0 or position + size > len(view):
+            raise BatchFormatError(f"record at {position} has an impossible size {size}")
+        records.append(view[position : position + size])
+        position += size
+    return records

@@ -1,0 +1,183 @@
+"""The one error envelope, ``{"error_code": 40402, "message": "..."}``, and every code Wharf answers.
+
+The HTTP status is always ``error_code // 100``. Store faults are translated in one table,
+:data:`STORE_ERRORS`; a test fails when a store error class is missing from it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app.store import errors as store_errors
+from app.store.filter import FilterExpressionError
+
+log = logging.getLogger(__name__)
+
+
+class ErrorCode(enum.IntEnum):
+    BAD_REQUEST = 40001
+    MALFORMED_BODY = 40002
+    INVALID_BODY_ENCODING = 40003
+    INVALID_TAG_EXPRESSION = 40004
+    INVALID_TOPIC = 40005
+    EMPTY_BODY = 40006
+    INVALID_OFFSET = 40007
+    INVALID_PROPERTY = 40008
+    INVALID_MESSAGE_ID = 40009
+    MALFORMED_BATCH = 40010
+    INVALID_QUEUE = 40011
+    INVALID_PARAMETER = 40012
+    NOT_FOUND = 40401
+    TOPIC_NOT_FOUND = 40402
+    QUEUE_NOT_FOUND = 40403
+    MESSAGE_NOT_FOUND = 40404
+    GROUP_NOT_FOUND = 40405
+    METHOD_NOT_ALLOWED = 40501
+    NOT_ACCEPTABLE = 40601
+    TOPIC_EXISTS = 40901
+    TOPIC_NOT_WRITABLE = 40902
+    TOPIC_NOT_READABLE = 40903
+    MESSAGE_TOO_LARGE = 41301
+    PROPERTIES_TOO_LARGE = 41302
+    REQUEST_TOO_LARGE = 41303
+    UNSUPPORTED_MEDIA_TYPE = 41501
+    VALIDATION_FAILED = 42201
+    INTERNAL_ERROR = 50001
+    NOT_READY = 50301
+    STORE_CLOSED = 50302
+    DISK_FULL = 50701
+
+    @property
+    def http_status(self) -> int:
+        return int(self) // 100
+
+
+ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
+    ErrorCode.BAD_REQUEST: "The request is malformed.",
+    ErrorCode.MALFORMED_BODY: "The body is not valid JSON / NDJSON of the expected shape.",
+    ErrorCode.INVALID_BODY_ENCODING: "A message body does not decode with its declared encoding.",
+    ErrorCode.INVALID_TAG_EXPRESSION: "The tag filter expression is not valid ('TagA || TagB' or '*').",
+    ErrorCode.INVALID_TOPIC: "The topic name is empty, too long or has characters outside letters, digits, % | - _.",
+    ErrorCode.EMPTY_BODY: "A message body is empty.",
+    ErrorCode.INVALID_OFFSET: "An offset is negative or not a number.",
+    ErrorCode.INVALID_PROPERTY: "A property name or value is empty or holds a reserved character.",
+    ErrorCode.INVALID_MESSAGE_ID: "The message id is not 32 hexadecimal digits.",
+    ErrorCode.MALFORMED_BATCH: "The binary batch does not follow the documented layout.",
+    ErrorCode.INVALID_QUEUE: "The queue id is outside the topic's queues.",
+    ErrorCode.INVALID_PARAMETER: "A query parameter is out of range.",
+    ErrorCode.NOT_FOUND: "No such path.",
+    ErrorCode.TOPIC_NOT_FOUND: "The topic does not exist.",
+    ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",
+    ErrorCode.MESSAGE_NOT_FOUND: "No message has that id or key.",
+    ErrorCode.GROUP_NOT_FOUND: "The consumer group has no offsets.",
+    ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
+    ErrorCode.NOT_ACCEPTABLE: "The Accept header asks for a format this path cannot produce.",
+    ErrorCode.TOPIC_EXISTS: "A topic with that name exists with a different configuration.",
+    ErrorCode.TOPIC_NOT_WRITABLE: "The topic's permission forbids producing.",
+    ErrorCode.TOPIC_NOT_READABLE: "The topic's permission forbids pulling.",
+    ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
+    ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
+    ErrorCode.REQUEST_TOO_LARGE: "The request body is over the request size limit.",
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The Content-Type is not one the path accepts.",
+    ErrorCode.VALIDATION_FAILED: "A field has the wrong type or is missing.",
+    ErrorCode.INTERNAL_ERROR: "An unexpected fault; it is logged. Please report it.",
+    ErrorCode.NOT_READY: "The broker is starting or stopping.",
+    ErrorCode.STORE_CLOSED: "The store is closed.",
+    ErrorCode.DISK_FULL: "The store's disk is over its refuse-writes ratio; reads keep working.",
+}
+
+
+class ApiError(Exception):
+    """An answer in the error envelope."""
+
+    def __init__(self, code: ErrorCode, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+# Most specific first: the first matching class wins.
+STORE_ERRORS: list[tuple[type[Exception], ErrorCode]] = [
+    (store_errors.EmptyBodyError, ErrorCode.EMPTY_BODY),
+    (store_errors.MessageTooLargeError, ErrorCode.MESSAGE_TOO_LARGE),
+    (store_errors.InvalidTopicError, ErrorCode.INVALID_TOPIC),
+    (store_errors.PropertiesTooLargeError, ErrorCode.PROPERTIES_TOO_LARGE),
+    (store_errors.InvalidQueueError, ErrorCode.INVALID_QUEUE),
+    (store_errors.MessageRejectedError, ErrorCode.INVALID_PROPERTY),
+    (store_errors.DiskFullError, ErrorCode.DISK_FULL),
+    (store_errors.StoreClosedError, ErrorCode.STORE_CLOSED),
+    (store_errors.CorruptRecordError, ErrorCode.INTERNAL_ERROR),
+    (store_errors.StoreConfigError, ErrorCode.INTERNAL_ERROR),
+    (store_errors.StoreError, ErrorCode.INTERNAL_ERROR),
+    (FilterExpressionError, ErrorCode.INVALID_TAG_EXPRESSION),
+]
+
+
+def code_for(error: Exception) -> ErrorCode:
+    for cls, code in STORE_ERRORS:
+        if isinstance(error, cls):
+            return code
+    return ErrorCode.INTERNAL_ERROR
+
+
+def error_response(code: ErrorCode, message: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps({"error_code": int(code), "message": message}),
+        status_code=code.http_status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(item) for item in error.get("loc", ()) if item != "body")
+        parts.append(f"{where or 'request'}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) or "the request is not valid"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.code, exc.message, exc.headers)
+
+    async def store_error(request: Request, exc: Exception) -> Response:
+        code = code_for(exc)
+        if code is ErrorCode.INTERNAL_ERROR:
+            log.error("store fault answering %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(code, str(exc))
+
+    async def validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(ErrorCode.VALIDATION_FAILED, _describe_validation(exc))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {
+            404: ErrorCode.NOT_FOUND,
+            405: ErrorCode.METHOD_NOT_ALLOWED,
+            413: ErrorCode.REQUEST_TOO_LARGE,
+            415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+        }.get(exc.status_code, ErrorCode.BAD_REQUEST)
+        message = exc.detail if isinstance(exc.detail, str) else code.name.lower().replace("_", " ")
+        return error_response(code, message, getattr(exc, "headers", None))
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.error("unexpected fault answering %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(ErrorCode.INTERNAL_ERROR, "internal error")
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(store_errors.StoreError, store_error)
+    app.add_exception_handler(FilterExpressionError, store_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,298 @@
+"""Produce and pull: the message endpoints of a topic's queues."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.api.codec import (
+    BATCH_MEDIA_TYPE,
+    RECORDS_MEDIA_TYPE,
+    BatchFormatError,
+    BodyEncodingError,
+    IncomingMessage,
+    decode_body,
+    parse_batch,
+    record_to_json,
+)
+from app.api.errors import ApiError, ErrorCode
+from app.api.schemas import ErrorEnvelope, MessageIn, ProduceRequest, ProduceResponse, PullResponse
+from app.api.topics import BrokerDep, QueueId, TopicName
+from app.store import GetMessageResult, TagFilter
+from app.store.filter import FilterExpressionError
+
+router = APIRouter(prefix="/v1/topics", tags=["messages"])
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+OCTET_STREAM = "application/octet-stream"
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 415, 422, 503, 507)
+}
+
+_PRODUCE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON: {
+                "schema": {
+                    "oneOf": [
+                        {"$ref": "#/components/schemas/ProduceRequest"},
+                        {"$ref": "#/components/schemas/MessageIn"},
+                    ]
+                },
+                "examples": {
+                    "batch": {
+                        "value": {"messages": [{"body": "hello", "tags": "TagA", "keys": ["order-1"]}]}
+                    },
+                    "single": {"value": {"body": "hello", "tags": "TagA"}},
+                },
+            },
+            NDJSON: {
+                "schema": {"type": "string", "description": "One MessageIn JSON object per line."},
+                "example": '{"body": "one"}\n{"body": "two", "tags": "TagB"}\n',
+            },
+            OCTET_STREAM: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "The raw body of one message.",
+                }
+            },
+            BATCH_MEDIA_TYPE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "Wharf's binary batch (see the README): 'WHB1', count, then per message "
+                    "queue_id, flag, born_timestamp, tags, keys, unique_id, sharding_key, properties, body.",
+                }
+            },
+        },
+    }
+}
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", JSON).split(";", 1)[0].strip().lower() or JSON
+
+
+def _from_model(item: MessageIn) -> IncomingMessage:
+    try:
+        body = decode_body(item.body, item.encoding)
+    except BodyEncodingError as exc:
+        raise ApiError(ErrorCode.INVALID_BODY_ENCODING, str(exc)) from None
+    keys = item.keys
+    return IncomingMessage(
+        body=body,
+        tags=item.tags or "",
+        keys=(keys.split() if isinstance(keys, str) else list(keys)) if keys else [],
+        properties=item.properties or {},
+        queue_id=item.queue_id,
+        sharding_key=item.sharding_key,
+        unique_id=item.unique_id,
+    )
+
+
+def _validation_message(exc: ValidationError, where: str = "") -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        location = ".".join(str(part) for part in error["loc"])
+        parts.append(f"{where}{location}: {error['msg']}" if location else f"{where}{error['msg']}")
+    return "; ".join(parts)
+
+
+def _parse_json(raw: bytes) -> list[IncomingMessage]:
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(ErrorCode.MALFORMED_BODY, f"body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ApiError(
+            ErrorCode.MALFORMED_BODY, 'body must be a JSON object: {"messages": [...]} or one message'
+        )
+    try:
+        if "messages" in document:
+            return [_from_model(item) for item in ProduceRequest.model_validate(document).messages]
+        return [_from_model(MessageIn.model_validate(document))]
+    except ValidationError as exc:
+        raise ApiError(ErrorCode.VALIDATION_FAILED, _validation_message(exc)) from None
+
+
+def _parse_ndjson(raw: bytes) -> list[IncomingMessage]:
+    messages = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            messages.append(_from_model(MessageIn.model_validate_json(line)))
+        except ValidationError as exc:
+            if any(error["type"] == "json_invalid" for error in exc.errors()):
+                raise ApiError(ErrorCode.MALFORMED_BODY, f"line {number} is not valid JSON") from None
+            raise ApiError(
+                ErrorCode.VALIDATION_FAILED, _validation_message(exc, f"line {number}: ")
+            ) from None
+    if not messages:
+        raise ApiError(ErrorCode.MALFORMED_BODY, "the NDJSON body holds no message")
+    return messages
+
+
+def _parse_properties(pairs: list[str]) -> dict[str, str]:
+    properties = {}
+    for pair in pairs:
+        name, separator, value = pair.partition(":")
+        if not separator or not name:
+            raise ApiError(ErrorCode.INVALID_PROPERTY, f"property {pair!r} must be written name:value")
+        properties[name] = value
+    return properties
+
+
+@router.post(
+    "/{topic}/messages",
+    response_model=ProduceResponse,
+    summary="Produce messages (JSON, NDJSON, a raw body, or the binary batch)",
+    openapi_extra=_PRODUCE_BODY,
+    responses=_ERRORS,
+)
+async def produce(
+    topic: TopicName,
+    request: Request,
+    broker: BrokerDep,
+    tags: Annotated[
+        str | None, Query(max_length=1024, description="Raw body only: the message's tag")
+    ] = None,
+    keys: Annotated[
+        str | None, Query(max_length=4096, description="Raw body only: space-separated keys")
+    ] = None,
+    queue_id: Annotated[int | None, Query(ge=0, description="Raw body only: explicit queue")] = None,
+    sharding_key: Annotated[str | None, Query(max_length=1024, description="Raw body only")] = None,
+    unique_id: Annotated[str | None, Query(min_length=1, max_length=128, description="Raw body only")] = None,
+    prop: Annotated[
+        list[str] | None, Query(alias="property", description="Raw body only: name:value, repeatable")
+    ] = None,
+) -> Response:
+    length = request.headers.get("content-length")
+    limit = broker.settings.max_request_bytes
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(ErrorCode.REQUEST_TOO_LARGE, f"request body is {length} bytes, the limit is {limit}")
+    media_type = _media_type(request)
+    raw = await request.body()
+    if len(raw) > limit:
+        raise ApiError(ErrorCode.REQUEST_TOO_LARGE, f"request body is {len(raw)} bytes, the limit is {limit}")
+    if media_type == JSON:
+        batch = _parse_json(raw)
+    elif media_type == BATCH_MEDIA_TYPE:
+        try:
+            batch = parse_batch(raw)
+        except BatchFormatError as exc:
+            raise ApiError(ErrorCode.MALFORMED_BATCH, str(exc)) from None
+    elif media_type == NDJSON:
+        batch = _parse_ndjson(raw)
+    elif media_type == OCTET_STREAM:
+        batch = [
+            IncomingMessage(
+                body=raw,
+                tags=tags or "",
+                keys=keys.split() if keys else [],
+                properties=_parse_properties(prop or []),
+                queue_id=queue_id,
+                sharding_key=sharding_key,
+                unique_id=unique_id,
+            )
+        ]
+    else:
+        raise ApiError(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            f"Content-Type {media_type!r} is not accepted: use {JSON}, {NDJSON}, {OCTET_STREAM} or {BATCH_MEDIA_TYPE}",
+        )
+    if not batch:
+        raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
+    results = await broker.produce(topic, batch)
+    return Response(orjson.dumps({"results": results}), media_type=JSON)
+
+
+def pull_body(result: GetMessageResult) -> bytes:
+    return orjson.dumps(
+        {
+            "status": result.status.value,
+            "next_offset": result.next_offset,
+            "min_offset": result.min_offset,
+            "max_offset": result.max_offset,
+            "messages": [record_to_json(record) for record in result.records],
+        }
+    )
+
+
+def pull_headers(result: GetMessageResult) -> dict[str, str]:
+    return {
+        "X-Wharf-Status": result.status.value,
+        "X-Wharf-Next-Offset": str(result.next_offset),
+        "X-Wharf-Min-Offset": str(result.min_offset),
+        "X-Wharf-Max-Offset": str(result.max_offset),
+        "X-Wharf-Message-Count": str(len(result.records)),
+    }
+
+
+@router.get(
+    "/{topic}/queues/{queue_id}/messages",
+    response_model=PullResponse,
+    summary="Pull messages from a queue, holding the request until one arrives (long polling)",
+    responses={
+        **_ERRORS,
+        200: {
+            "content": {
+                RECORDS_MEDIA_TYPE: {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "The stored records, concatenated; status and offsets in X-Wharf-* headers.",
+                    }
+                }
+            }
+        },
+    },
+)
+async def pull(
+    topic: TopicName,
+    queue_id: QueueId,
+    request: Request,
+    broker: BrokerDep,
+    offset: Annotated[
+        int | None, Query(description="Queue offset to read from; default: the group's offset")
+    ] = None,
+    max_messages: Annotated[
+        int | None, Query(ge=1, description="Most messages to return (default 32)")
+    ] = None,
+    max_wait_ms: Annotated[int, Query(ge=0, description="Hold this long when nothing is new (capped)")] = 0,
+    tags: Annotated[
+        str | None, Query(max_length=4096, description="Tag filter: 'TagA || TagB' or '*'")
+    ] = None,
+    group: Annotated[str | None, Query(min_length=1, max_length=255, description="Consumer group")] = None,
+    commit_offset: Annotated[int | None, Query(description="Commit this offset for the group first")] = None,
+) -> Response:
+    config = broker.queue_of(topic, queue_id)
+    if not config.readable:
+        raise ApiError(ErrorCode.TOPIC_NOT_READABLE, f"topic {topic!r} does not allow pulls")
+    settings = broker.settings
+    count = max_messages if max_messages is not None else settings.pull_default_messages
+    if count > settings.pull_max_messages:
+        raise ApiError(
+            ErrorCode.INVALID_PARAMETER,
+            f"max_messages is {count}, the limit is {settings.pull_max_messages}",
+        )
+    if offset is not None and offset < 0:
+        raise ApiError(ErrorCode.INVALID_OFFSET, f"offset must be 0 or more, got {offset}")
+    try:
+        tag_filter = TagFilter.parse(tags)
+    except FilterExpressionError as exc:
+        raise ApiError(ErrorCode.INVALID_TAG_EXPRESSION, str(exc)) from None
+    offset = broker.resolve_pull_offset(topic, queue_id, offset, group, commit_offset)
+    result = await broker.pull(topic, queue_id, offset, count, tag_filter, max_wait_ms, request.receive)
+    accept = request.headers.get("accept", "")
+    if RECORDS_MEDIA_TYPE in accept:
+        return Response(b"".join(result.records), media_type=RECORDS_MEDIA_TYPE, headers=pull_headers(result))
+    return Response(pull_body(result), media_type=JSON)

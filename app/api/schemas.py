@@ -1,0 +1,173 @@
+"""Request and response shapes of the HTTP API (validation and the OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageIn(_Strict):
+    body: str = Field(description="The message body, as text or base64 (see encoding).")
+    encoding: Literal["utf8", "base64"] = "utf8"
+    tags: str | None = Field(None, max_length=1024, description="One tag, used for filtering.")
+    keys: list[str] | str | None = Field(None, description="Business keys, indexed for lookup.")
+    properties: dict[str, str] | None = None
+    queue_id: int | None = Field(
+        None, ge=0, description="Explicit queue; else sharding_key; else round robin."
+    )
+    sharding_key: str | None = Field(
+        None, max_length=1024, description="Messages with one key go to one queue."
+    )
+    unique_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="Producer id; a repeat within the idempotency window is not stored again.",
+    )
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"body": "hello", "tags": "TagA", "keys": ["order-1"]}]},
+    )
+
+
+class ProduceRequest(_Strict):
+    messages: list[MessageIn] = Field(min_length=1, max_length=10_000)
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"messages": [{"body": "hello", "tags": "TagA"}, {"body": "aGk=", "encoding": "base64"}]}
+            ]
+        },
+    )
+
+
+class ProduceResult(BaseModel):
+    msg_id: str
+    unique_id: str
+    queue_id: int
+    queue_offset: int
+    status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"]
+
+
+class ProduceResponse(BaseModel):
+    results: list[ProduceResult]
+
+
+class MessageOut(BaseModel):
+    msg_id: str
+    unique_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    tags: str
+    keys: list[str]
+    properties: dict[str, str]
+    body: str
+    encoding: Literal["utf8", "base64"]
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+
+
+class PullResponse(BaseModel):
+    status: Literal[
+        "FOUND",
+        "NO_MATCHED_MESSAGE",
+        "NO_MESSAGE_IN_QUEUE",
+        "OFFSET_TOO_SMALL",
+        "OFFSET_OVERFLOW_ONE",
+        "OFFSET_OVERFLOW_BADLY",
+    ]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageOut]
+
+
+class TopicCreate(_Strict):
+    name: str = Field(min_length=1, max_length=127, pattern=r"^[%|a-zA-Z0-9_-]+$")
+    queues: int | None = Field(None, ge=1, le=1024, description="Read and write queue numbers at once.")
+    read_queues: int | None = Field(None, ge=1, le=1024)
+    write_queues: int | None = Field(None, ge=1, le=1024)
+    perm: int = Field(6, ge=0, le=7, description="RocketMQ permission bits: 4 read, 2 write (6 both).")
+    order: bool = False
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "orders", "queues": 4}]}
+    )
+
+
+class TopicOut(BaseModel):
+    name: str
+    read_queues: int
+    write_queues: int
+    perm: int
+    order: bool
+
+
+class TopicList(BaseModel):
+    topics: list[TopicOut]
+
+
+class QueueOffsets(BaseModel):
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int | None
+
+
+class QueueList(BaseModel):
+    topic: str
+    queues: list[QueueOffsets]
+
+
+class SearchOffsetResponse(BaseModel):
+    topic: str
+    queue_id: int
+    timestamp: int
+    offset: int
+
+
+class OffsetCommit(_Strict):
+    topic: str = Field(min_length=1, max_length=127)
+    queue_id: int = Field(ge=0)
+    offset: int = Field(ge=0)
+
+
+class OffsetCommitRequest(_Strict):
+    offsets: list[OffsetCommit] = Field(min_length=1, max_length=10_000)
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"offsets": [{"topic": "orders", "queue_id": 0, "offset": 42}]}]},
+    )
+
+
+class GroupQueueOffset(BaseModel):
+    topic: str
+    queue_id: int
+    committed_offset: int | None
+    max_offset: int
+    lag: int
+
+
+class GroupOffsets(BaseModel):
+    group: str
+    offsets: list[GroupQueueOffset]
+
+
+class ErrorEnvelope(BaseModel):
+    error_code: int = Field(description="HTTP status x 100 + a detail number; see the error table.")
+    message: str
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"error_code": 40402, "message": "topic 'x' not found"}]}
+    )
