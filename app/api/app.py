@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from app.api import messages, topics
 from app.api.broker import Broker
-from app.api.errors import ErrorCode, error_response, install_error_handlers
+from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.longpoll.hold import PullHoldService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
@@ -66,5 +66,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if broker is None or not broker.store.is_open:
             return error_response(ErrorCode.NOT_READY, "the store is not open")  # type: ignore[return-value]
         return JSONResponse({"status": "ready"})
+
+    @app.get("/v1/stats", tags=["health"], summary="Broker counters: held pulls, topics, CommitLog offsets")
+    async def stats() -> dict[str, int]:
+        broker: Broker | None = app.state.broker
+        if broker is None:
+            raise ApiError(ErrorCode.NOT_READY, "the broker is starting")
+        store = broker.store
+        return {
+            "held_pulls": broker.holds.held_count,
+            "topics": len(broker.topics.all()),
+            "commitlog_min_offset": store.commitlog.min_offset,
+            "commitlog_max_offset": store.commitlog.max_offset,
+        }
 
     return app
