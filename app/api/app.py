@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from app.api import messages, topics
+from app.api import lookup, messages, topics
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
+from app.api.openapi import install_openapi
 from app.longpoll.hold import PullHoldService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
@@ -53,8 +54,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker = None
     install_error_handlers(app)
+    install_openapi(app)
     app.include_router(topics.router)
     app.include_router(messages.router)
+    app.include_router(lookup.router)
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

@@ -22,13 +22,19 @@ from app.store.errors import InvalidQueueError, StoreClosedError
 from app.store.filter import TagFilter
 from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
 from app.store.record import (
+    FIXED_SIZE,
+    MESSAGE_MAGIC,
     Limits,
     Message,
     StoredMessage,
+    check_record,
     decode_record,
     encode_host,
     encode_record,
     record_tags,
+)
+from app.store.record import (
+    SIZE_MAGIC as RECORD_HEAD,
 )
 from app.store.recovery import RecoveryReport, recover
 from app.store.results import AppendResult, GetMessageResult, GetMessageStatus, PutStatus
@@ -265,22 +271,23 @@ class MessageStore:
         result = self.get_message(topic, queue_id, offset, max_messages)
         return [decode_record(record) for record in result.records]
 
-    def look_message(self, physical_offset: int) -> StoredMessage | None:
-        """The message stored at ``physical_offset`` (the offset a message id names), or None."""
-        head = self.commitlog.read(physical_offset, 4)
+    def read_record(self, physical_offset: int) -> memoryview | None:
+        """The stored message record that starts at ``physical_offset``, or None if there is none."""
+        head = self.commitlog.read(physical_offset, RECORD_HEAD.size)
         if head is None:
             return None
-        size = int.from_bytes(head, "big", signed=True)
-        if size <= 0:
+        size, magic = RECORD_HEAD.unpack(head)
+        if magic != MESSAGE_MAGIC or size < FIXED_SIZE:
             return None
         data = self.commitlog.read(physical_offset, size)
-        if data is None:
+        if data is None or check_record(data, 0, physical_offset) is None:
             return None
-        try:
-            record = decode_record(data)
-        except Exception:
-            return None
-        return record if record.physical_offset == physical_offset else None
+        return data
+
+    def look_message(self, physical_offset: int) -> StoredMessage | None:
+        """The message stored at ``physical_offset`` (the offset a message id names), or None."""
+        data = self.read_record(physical_offset)
+        return decode_record(data) if data is not None else None
 
     # -- queues ----------------------------------------------------------------------------------
 
