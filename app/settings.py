@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     broker_name: str = "broker-a"
     broker_id: int = Field(0, ge=0)
     advertised_url: str = ""  # empty: http://<host>:<port>
+    heartbeat_interval_s: float = Field(30.0, gt=0)
+    broker_expiry_s: float = Field(120.0, gt=0)
+    expiry_scan_interval_s: float = Field(10.0, gt=0)
+    database_auto_upgrade: bool = True
 
     # Storage (SPEC 1).
     flush_mode: FlushMode = FlushMode.ASYNC

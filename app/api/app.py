@@ -9,11 +9,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from app.api import lookup, messages, topics
+from app.api import cluster, lookup, messages, topics
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
 from app.longpoll.hold import PullHoldService
+from app.routing.registry import BrokerIdentity, RouteRegistry
+from app.routing.schema import ensure_schema, make_engine
+from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore
@@ -36,13 +39,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Loading and recovery read the disk: keep them off the event loop.
         await asyncio.to_thread(store.open)
         topic_configs = TopicConfigManager(settings.store_config().config_dir / "topics.json")
+        engine = make_engine(settings.resolved_database_url)
+        try:
+            await asyncio.to_thread(ensure_schema, engine, settings.database_auto_upgrade)
+            routing = RoutingService(
+                RouteRegistry(engine),
+                BrokerIdentity(
+                    settings.cluster_name,
+                    settings.broker_name,
+                    settings.broker_id,
+                    settings.resolved_advertised_url,
+                ),
+                topic_configs.all,
+                settings.heartbeat_interval_s,
+                settings.broker_expiry_s,
+                settings.expiry_scan_interval_s,
+            )
+            await routing.start()
+        except BaseException:
+            await asyncio.to_thread(store.close)
+            engine.dispose()
+            raise
         await holds.start()
-        app.state.broker = Broker(settings, store, topic_configs, holds)
+        app.state.broker = Broker(settings, store, topic_configs, holds, routing)
         try:
             yield
         finally:
             await holds.stop()
             app.state.broker = None
+            await routing.stop()
+            engine.dispose()
             await asyncio.to_thread(store.close)
 
     app = FastAPI(
@@ -58,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(messages.router)
     app.include_router(lookup.router)
+    app.include_router(cluster.router)
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

@@ -17,6 +17,7 @@ from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode
 from app.api.idempotency import IdempotencyWindow
 from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
+from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
 from app.store import GetMessageResult, GetMessageStatus, Message, MessageStore, PutStatus, TagFilter
@@ -54,45 +55,69 @@ class Broker:
         store: MessageStore,
         topics: TopicConfigManager,
         holds: PullHoldService,
+        routing: RoutingService | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.topics = topics
         self.holds = holds
+        self.routing = routing
         self.idempotency = IdempotencyWindow(settings.idempotency_window_s, settings.idempotency_max_entries)
         self.unique_ids = UniqueIdGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
 
     # -- topics ----------------------------------------------------------------------------------
 
-    def topic(self, name: str) -> TopicConfig:
+    async def _not_here(self, name: str) -> ApiError:
+        """The error for a topic this broker does not have: misdirected if others host it."""
+        if self.routing is not None:
+            elsewhere = await self.routing.brokers_hosting(name)
+            if elsewhere:
+                return ApiError(
+                    ErrorCode.MISDIRECTED,
+                    f"topic {name!r} is not served by this broker; send to one of {elsewhere}",
+                    headers={"Location": elsewhere[0]},
+                    extra={"brokers": elsewhere},
+                )
+        return ApiError(ErrorCode.TOPIC_NOT_FOUND, f"topic {name!r} not found")
+
+    async def topic(self, name: str) -> TopicConfig:
         config = self.topics.get(name)
         if config is None:
-            raise ApiError(ErrorCode.TOPIC_NOT_FOUND, f"topic {name!r} not found")
+            raise await self._not_here(name)
         return config
 
-    def topic_for_write(self, name: str) -> TopicConfig:
+    async def topic_for_write(self, name: str) -> TopicConfig:
         config = self.topics.get(name)
         if config is None:
             if not self.settings.auto_create_topics:
-                raise ApiError(ErrorCode.TOPIC_NOT_FOUND, f"topic {name!r} not found")
+                raise await self._not_here(name)
             try:
                 validate_topic(name, self.settings.max_topic_length)
             except InvalidTopicError as exc:
                 raise ApiError(ErrorCode.INVALID_TOPIC, str(exc)) from None
-            config, _ = self.topics.get_or_create(name, self.settings.default_topic_queue_nums)
+            error = await self._not_here(name)
+            if error.code is ErrorCode.MISDIRECTED:
+                raise error
+            config, created = self.topics.get_or_create(name, self.settings.default_topic_queue_nums)
+            if created:
+                self.topics_changed()
         if not config.writable:
             raise ApiError(ErrorCode.TOPIC_NOT_WRITABLE, f"topic {name!r} does not accept messages")
         return config
 
-    def queue_of(self, name: str, queue_id: int) -> TopicConfig:
-        config = self.topic(name)
+    async def queue_of(self, name: str, queue_id: int) -> TopicConfig:
+        config = await self.topic(name)
         if not 0 <= queue_id < config.queue_nums:
             raise ApiError(
                 ErrorCode.QUEUE_NOT_FOUND,
                 f"topic {name!r} has queues 0..{config.queue_nums - 1}, not {queue_id}",
             )
         return config
+
+    def topics_changed(self) -> None:
+        if self.routing is not None:
+            self.routing.topics_changed()
 
     # -- producing -------------------------------------------------------------------------------
 
@@ -144,7 +169,7 @@ class Broker:
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
         """Store a batch in one append; results in request order. Repeats of a producer's unique id
         within the idempotency window are answered with the first result and not stored again."""
-        config = self.topic_for_write(topic)
+        config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None
         loop = asyncio.get_running_loop()
         answers: list[asyncio.Future[dict[str, Any]]] = []

@@ -39,6 +39,7 @@ class ErrorCode(enum.IntEnum):
     QUEUE_NOT_FOUND = 40403
     MESSAGE_NOT_FOUND = 40404
     GROUP_NOT_FOUND = 40405
+    CLUSTER_NOT_FOUND = 40406
     METHOD_NOT_ALLOWED = 40501
     NOT_ACCEPTABLE = 40601
     TOPIC_EXISTS = 40901
@@ -48,6 +49,7 @@ class ErrorCode(enum.IntEnum):
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
     UNSUPPORTED_MEDIA_TYPE = 41501
+    MISDIRECTED = 42101
     VALIDATION_FAILED = 42201
     INTERNAL_ERROR = 50001
     NOT_READY = 50301
@@ -77,6 +79,7 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",
     ErrorCode.MESSAGE_NOT_FOUND: "No message has that id or key.",
     ErrorCode.GROUP_NOT_FOUND: "The consumer group has no offsets.",
+    ErrorCode.CLUSTER_NOT_FOUND: "No live master broker in the named cluster or broker list.",
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
     ErrorCode.NOT_ACCEPTABLE: "The Accept header asks for a format this path cannot produce.",
     ErrorCode.TOPIC_EXISTS: "A topic with that name exists with a different configuration.",
@@ -86,6 +89,7 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
     ErrorCode.REQUEST_TOO_LARGE: "The request body is over the request size limit.",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The Content-Type is not one the path accepts.",
+    ErrorCode.MISDIRECTED: "This broker does not host the topic; `brokers` lists the addresses of those that do.",
     ErrorCode.VALIDATION_FAILED: "A field has the wrong type or is missing.",
     ErrorCode.INTERNAL_ERROR: "An unexpected fault; it is logged. Please report it.",
     ErrorCode.NOT_READY: "The broker is starting or stopping.",
@@ -97,11 +101,18 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
 class ApiError(Exception):
     """An answer in the error envelope."""
 
-    def __init__(self, code: ErrorCode, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, object] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.headers = headers
+        self.extra = extra
 
 
 # Most specific first: the first matching class wins.
@@ -128,9 +139,14 @@ def code_for(error: Exception) -> ErrorCode:
     return ErrorCode.INTERNAL_ERROR
 
 
-def error_response(code: ErrorCode, message: str, headers: dict[str, str] | None = None) -> Response:
+def error_response(
+    code: ErrorCode,
+    message: str,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, object] | None = None,
+) -> Response:
     return Response(
-        orjson.dumps({"error_code": int(code), "message": message}),
+        orjson.dumps({"error_code": int(code), "message": message, **(extra or {})}),
         status_code=code.http_status,
         media_type="application/json",
         headers=headers,
@@ -148,7 +164,7 @@ def _describe_validation(exc: RequestValidationError) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.code, exc.message, exc.headers)
+        return error_response(exc.code, exc.message, exc.headers, exc.extra)
 
     async def store_error(request: Request, exc: Exception) -> Response:
         code = code_for(exc)

@@ -274,7 +274,7 @@ async def pull(
     group: Annotated[str | None, Query(min_length=1, max_length=255, description="Consumer group")] = None,
     commit_offset: Annotated[int | None, Query(description="Commit this offset for the group first")] = None,
 ) -> Response:
-    config = broker.queue_of(topic, queue_id)
+    config = await broker.queue_of(topic, queue_id)
     if not config.readable:
         raise ApiError(ErrorCode.TOPIC_NOT_READABLE, f"topic {topic!r} does not allow pulls")
     settings = broker.settings

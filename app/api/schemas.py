@@ -99,10 +99,26 @@ class TopicCreate(_Strict):
     write_queues: int | None = Field(None, ge=1, le=1024)
     perm: int = Field(6, ge=0, le=7, description="RocketMQ permission bits: 4 read, 2 write (6 both).")
     order: bool = False
+    cluster: str | None = Field(
+        None, description="Create the topic's queues on every master of this cluster."
+    )
+    brokers: list[str] | None = Field(
+        None, description="Create the topic's queues on these brokers (by name)."
+    )
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"name": "orders", "queues": 4}]}
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"name": "orders", "queues": 4}, {"name": "orders", "cluster": "DefaultCluster"}]
+        },
     )
+
+
+class TopicPlacement(BaseModel):
+    broker_name: str
+    address: str
+    status: int = Field(description="HTTP status the broker answered (201 created, 200 already there)")
+    error: str | None = None
 
 
 class TopicOut(BaseModel):
@@ -111,6 +127,9 @@ class TopicOut(BaseModel):
     write_queues: int
     perm: int
     order: bool
+    brokers: list[TopicPlacement] | None = Field(
+        None, description="Where the topic was created, for a cluster create"
+    )
 
 
 class TopicList(BaseModel):
@@ -171,3 +190,42 @@ class ErrorEnvelope(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"error_code": 40402, "message": "topic 'x' not found"}]}
     )
+
+
+class QueueData(BaseModel):
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+
+
+class BrokerData(BaseModel):
+    cluster: str
+    broker_name: str
+    addresses: dict[str, str] = Field(description="broker id -> address; id 0 is the master")
+
+
+class TopicRoute(BaseModel):
+    topic: str
+    queue_datas: list[QueueData]
+    broker_datas: list[BrokerData]
+
+
+class ClusterBroker(BaseModel):
+    broker_name: str
+    broker_id: int
+    address: str
+    ha_address: str
+    last_heartbeat_ms: int
+    alive: bool
+    data_version: int
+
+
+class Cluster(BaseModel):
+    name: str
+    brokers: list[ClusterBroker]
+
+
+class ClusterList(BaseModel):
+    clusters: list[Cluster]

@@ -1,20 +1,24 @@
-"""Topic endpoints: create, list, describe, delete, queue offsets, offset by timestamp."""
+"""Topic endpoints: create (here or across a cluster), list, describe, delete, queue offsets."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
+import httpx
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode
-from app.api.schemas import QueueList, SearchOffsetResponse, TopicCreate, TopicList, TopicOut
+from app.api.schemas import ErrorEnvelope, QueueList, SearchOffsetResponse, TopicCreate, TopicList, TopicOut
 from app.routing.topic_config import TopicConfig
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"])
 
 TopicName = Annotated[str, Path(min_length=1, max_length=255, description="Topic name")]
 QueueId = Annotated[int, Path(ge=0, le=65535, description="Queue id")]
+
+FORWARD_TIMEOUT_S = 10.0
 
 
 def get_broker(request: Request) -> Broker:
@@ -37,51 +41,110 @@ def topic_out(config: TopicConfig) -> dict[str, Any]:
     }
 
 
-@router.post(
-    "",
-    status_code=201,
-    response_model=TopicOut,
-    summary="Create a topic (or confirm one with the same configuration)",
-    responses={200: {"model": TopicOut, "description": "The topic exists with this configuration"}},
-)
-def create_topic(body: TopicCreate, broker: BrokerDep, response: Response) -> dict[str, Any]:
-    default = broker.settings.default_topic_queue_nums
-    read = body.read_queues or body.queues or default
-    write = body.write_queues or body.queues or default
-    wanted = TopicConfig(body.name, read, write, body.perm, body.order)
-    existing = broker.topics.get(body.name)
+def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[str, Any]]:
+    existing = broker.topics.get(wanted.name)
     if existing is not None:
         if existing != wanted:
             raise ApiError(
                 ErrorCode.TOPIC_EXISTS,
-                f"topic {body.name!r} exists with another configuration: {topic_out(existing)}",
+                f"topic {wanted.name!r} exists with another configuration: {topic_out(existing)}",
             )
-        response.status_code = 200
-        return topic_out(existing)
-    return topic_out(broker.topics.put(wanted))
+        return 200, topic_out(existing)
+    broker.topics.put(wanted)
+    broker.topics_changed()
+    return 201, topic_out(wanted)
 
 
-@router.get("", response_model=TopicList, summary="List topics")
+async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig) -> dict[str, Any]:
+    routing = broker.routing
+    if routing is None:
+        raise ApiError(ErrorCode.BAD_REQUEST, "this broker has no route registry")
+    targets = await asyncio.to_thread(routing.registry.masters, body.cluster, body.brokers)
+    if not targets:
+        where = f"cluster {body.cluster!r}" if body.cluster else f"brokers {body.brokers}"
+        raise ApiError(ErrorCode.CLUSTER_NOT_FOUND, f"no live master in {where}")
+    request = body.model_dump(exclude={"cluster", "brokers"}, exclude_none=True)
+    placements = []
+    async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S) as client:
+        for name, address in targets:
+            if name == routing.identity.broker_name:
+                try:
+                    status, _ = _create_here(broker, wanted)
+                    placements.append({"broker_name": name, "address": address, "status": status})
+                except ApiError as exc:
+                    placements.append(
+                        {
+                            "broker_name": name,
+                            "address": address,
+                            "status": exc.code.http_status,
+                            "error": exc.message,
+                        }
+                    )
+                continue
+            try:
+                answer = await client.post(f"{address}/v1/topics", json=request)
+                error = None if answer.status_code < 300 else answer.json().get("message", answer.text)
+                placements.append(
+                    {"broker_name": name, "address": address, "status": answer.status_code, "error": error}
+                )
+            except httpx.HTTPError as exc:
+                placements.append({"broker_name": name, "address": address, "status": 503, "error": str(exc)})
+    return {**topic_out(wanted), "brokers": placements}
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=TopicOut,
+    response_model_exclude_none=True,
+    summary="Create a topic here, or on every master of a cluster or a list of brokers",
+    responses={
+        200: {"model": TopicOut, "description": "The topic exists with this configuration"},
+        404: {"model": ErrorEnvelope},
+        409: {"model": ErrorEnvelope},
+        422: {"model": ErrorEnvelope},
+    },
+)
+async def create_topic(body: TopicCreate, broker: BrokerDep, response: Response) -> dict[str, Any]:
+    default = broker.settings.default_topic_queue_nums
+    read = body.read_queues or body.queues or default
+    write = body.write_queues or body.queues or default
+    wanted = TopicConfig(body.name, read, write, body.perm, body.order)
+    if body.cluster is not None or body.brokers is not None:
+        return await _create_across(broker, body, wanted)
+    status, out = _create_here(broker, wanted)
+    response.status_code = status
+    return out
+
+
+@router.get("", response_model=TopicList, summary="List this broker's topics")
 def list_topics(broker: BrokerDep) -> dict[str, Any]:
     return {"topics": [topic_out(config) for config in broker.topics.all()]}
 
 
-@router.get("/{topic}", response_model=TopicOut, summary="Describe a topic")
-def get_topic(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
-    return topic_out(broker.topic(topic))
+@router.get(
+    "/{topic}",
+    response_model=TopicOut,
+    response_model_exclude_none=True,
+    summary="Describe a topic",
+    responses={404: {"model": ErrorEnvelope}, 421: {"model": ErrorEnvelope}},
+)
+async def get_topic(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
+    return topic_out(await broker.topic(topic))
 
 
-@router.delete("/{topic}", status_code=204, summary="Delete a topic and its queues")
-def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
-    broker.topic(topic)
+@router.delete("/{topic}", status_code=204, summary="Delete a topic and its queues on this broker")
+async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
+    await broker.topic(topic)
     broker.topics.delete(topic)
-    broker.store.delete_topic(topic)
+    await asyncio.to_thread(broker.store.delete_topic, topic)
+    broker.topics_changed()
     return Response(status_code=204)
 
 
 @router.get("/{topic}/queues", response_model=QueueList, summary="Offsets of every queue of a topic")
-def list_queues(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
-    config = broker.topic(topic)
+async def list_queues(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
+    config = await broker.topic(topic)
     store = broker.store
     queues = []
     for queue_id in range(config.queue_nums):
@@ -101,16 +164,12 @@ def list_queues(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
     response_model=SearchOffsetResponse,
     summary="The queue offset of the first message stored at or after a time",
 )
-def search_offset(
+async def search_offset(
     topic: TopicName,
     queue_id: QueueId,
     broker: BrokerDep,
     timestamp: Annotated[int, Query(ge=0, description="Milliseconds since the epoch")],
 ) -> dict[str, Any]:
-    broker.queue_of(topic, queue_id)
-    return {
-        "topic": topic,
-        "queue_id": queue_id,
-        "timestamp": timestamp,
-        "offset": broker.store.search_offset(topic, queue_id, timestamp),
-    }
+    await broker.queue_of(topic, queue_id)
+    offset = await asyncio.to_thread(broker.store.search_offset, topic, queue_id, timestamp)
+    return {"topic": topic, "queue_id": queue_id, "timestamp": timestamp, "offset": offset}

@@ -1,0 +1,74 @@
+"""The route registry's tables (SPEC 2): RocketMQ's NameServer tables, kept in a SQL database.
+
+clusters        name
+brokers         (cluster, broker name, broker id) -> address, HA address, heartbeat, data version
+topics          name
+queue_data      (topic, broker name) -> read/write queue numbers, permission, flags
+consumer_groups name
+subscriptions   (group, topic) -> filter expression
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ClusterRow(Base):
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
+class BrokerRow(Base):
+    __tablename__ = "brokers"
+    __table_args__ = (UniqueConstraint("broker_name", "broker_id", name="uq_brokers_name_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_name: Mapped[str] = mapped_column(String(255), ForeignKey("clusters.name"), index=True)
+    broker_name: Mapped[str] = mapped_column(String(255), index=True)
+    broker_id: Mapped[int] = mapped_column(Integer)  # 0 master, > 0 slave
+    address: Mapped[str] = mapped_column(String(1024))
+    ha_address: Mapped[str] = mapped_column(String(1024), default="")
+    last_heartbeat_ms: Mapped[int] = mapped_column(BigInteger)
+    data_version: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class TopicRow(Base):
+    __tablename__ = "topics"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    order: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class QueueDataRow(Base):
+    __tablename__ = "queue_data"
+
+    topic: Mapped[str] = mapped_column(
+        String(255), ForeignKey("topics.name", ondelete="CASCADE"), primary_key=True
+    )
+    broker_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    read_queue_nums: Mapped[int] = mapped_column(Integer)
+    write_queue_nums: Mapped[int] = mapped_column(Integer)
+    perm: Mapped[int] = mapped_column(Integer)
+    topic_sys_flag: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ConsumerGroupRow(Base):
+    __tablename__ = "consumer_groups"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
+class SubscriptionRow(Base):
+    __tablename__ = "subscriptions"
+
+    group: Mapped[str] = mapped_column(
+        String(255), ForeignKey("consumer_groups.name", ondelete="CASCADE"), primary_key=True
+    )
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    expression: Mapped[str] = mapped_column(Text, default="*")

@@ -1,0 +1,217 @@
+"""The route registry: RocketMQ's NameServer, with a SQL database doing the coordination.
+
+Brokers register and heartbeat with their topic configurations; only a master's (broker id 0)
+queue data is taken. An expiry scan removes brokers silent for too long and then whatever they
+leave empty: queue data, topics, clusters. Clients ask any broker for a topic's route.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.routing.models import BrokerRow, ClusterRow, QueueDataRow, TopicRow
+from app.routing.topic_config import TopicConfig
+
+MASTER_ID = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIdentity:
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    address: str
+    ha_address: str = ""
+
+
+class RouteRegistry:
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.clock = clock
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- brokers ---------------------------------------------------------------------------------
+
+    def register(self, broker: BrokerIdentity, topics: Iterable[TopicConfig], data_version: int = 0) -> None:
+        """Register or heartbeat: record the broker as alive and, for a master, its queue data."""
+        topics = list(topics)
+        with self.sessions.begin() as session:
+            if session.get(ClusterRow, broker.cluster_name) is None:
+                session.add(ClusterRow(name=broker.cluster_name))
+                session.flush()
+            row = session.scalars(
+                select(BrokerRow).where(
+                    BrokerRow.broker_name == broker.broker_name, BrokerRow.broker_id == broker.broker_id
+                )
+            ).one_or_none()
+            if row is None:
+                row = BrokerRow(
+                    cluster_name=broker.cluster_name,
+                    broker_name=broker.broker_name,
+                    broker_id=broker.broker_id,
+                )
+                session.add(row)
+            row.cluster_name = broker.cluster_name
+            row.address = broker.address
+            row.ha_address = broker.ha_address
+            row.last_heartbeat_ms = self._now_ms()
+            row.data_version = data_version
+            if broker.broker_id == MASTER_ID:
+                self._replace_queue_data(session, broker.broker_name, topics)
+
+    def _replace_queue_data(self, session: Session, broker_name: str, topics: list[TopicConfig]) -> None:
+        existing = {
+            row.topic: row
+            for row in session.scalars(select(QueueDataRow).where(QueueDataRow.broker_name == broker_name))
+        }
+        wanted = {config.name: config for config in topics}
+        for name in wanted.keys() - existing.keys():
+            if session.get(TopicRow, name) is None:
+                session.add(TopicRow(name=name, order=wanted[name].order))
+        session.flush()
+        for name, config in wanted.items():
+            row = existing.get(name)
+            if row is None:
+                session.add(
+                    QueueDataRow(
+                        topic=name,
+                        broker_name=broker_name,
+                        read_queue_nums=config.read_queue_nums,
+                        write_queue_nums=config.write_queue_nums,
+                        perm=config.perm,
+                        topic_sys_flag=0,
+                    )
+                )
+            else:
+                row.read_queue_nums = config.read_queue_nums
+                row.write_queue_nums = config.write_queue_nums
+                row.perm = config.perm
+        for name in existing.keys() - wanted.keys():
+            session.delete(existing[name])
+        session.flush()
+        self._drop_empty_topics(session)
+
+    def unregister(self, broker: BrokerIdentity) -> None:
+        with self.sessions.begin() as session:
+            session.execute(
+                delete(BrokerRow).where(
+                    BrokerRow.broker_name == broker.broker_name, BrokerRow.broker_id == broker.broker_id
+                )
+            )
+            self._drop_orphans(session)
+
+    def scan_expired(self, expiry_s: float) -> list[str]:
+        """Remove brokers silent for ``expiry_s``, then what they leave empty; returns their addresses."""
+        cutoff = self._now_ms() - int(expiry_s * 1000)
+        with self.sessions.begin() as session:
+            expired = list(session.scalars(select(BrokerRow).where(BrokerRow.last_heartbeat_ms < cutoff)))
+            for row in expired:
+                session.delete(row)
+            session.flush()
+            if expired:
+                self._drop_orphans(session)
+        return [row.address for row in expired]
+
+    def _drop_orphans(self, session: Session) -> None:
+        masters = list(session.scalars(select(BrokerRow.broker_name).where(BrokerRow.broker_id == MASTER_ID)))
+        session.execute(delete(QueueDataRow).where(QueueDataRow.broker_name.not_in(masters)))
+        session.flush()
+        self._drop_empty_topics(session)
+        clusters_in_use = list(session.scalars(select(BrokerRow.cluster_name).distinct()))
+        session.execute(delete(ClusterRow).where(ClusterRow.name.not_in(clusters_in_use)))
+
+    @staticmethod
+    def _drop_empty_topics(session: Session) -> None:
+        used = select(QueueDataRow.topic).distinct()
+        session.execute(delete(TopicRow).where(TopicRow.name.not_in(used)))
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def topic_route(self, topic: str) -> dict[str, Any] | None:
+        """RocketMQ's TopicRouteData: queue data per broker name and the brokers' addresses."""
+        with self.sessions() as session:
+            queues = list(
+                session.scalars(
+                    select(QueueDataRow).where(QueueDataRow.topic == topic).order_by(QueueDataRow.broker_name)
+                )
+            )
+            if not queues:
+                return None
+            names = [row.broker_name for row in queues]
+            brokers = list(
+                session.scalars(
+                    select(BrokerRow)
+                    .where(BrokerRow.broker_name.in_(names))
+                    .order_by(BrokerRow.broker_name, BrokerRow.broker_id)
+                )
+            )
+        broker_datas: dict[str, dict[str, Any]] = {}
+        for row in brokers:
+            data = broker_datas.setdefault(
+                row.broker_name,
+                {"cluster": row.cluster_name, "broker_name": row.broker_name, "addresses": {}},
+            )
+            data["addresses"][str(row.broker_id)] = row.address
+        return {
+            "topic": topic,
+            "queue_datas": [
+                {
+                    "broker_name": row.broker_name,
+                    "read_queue_nums": row.read_queue_nums,
+                    "write_queue_nums": row.write_queue_nums,
+                    "perm": row.perm,
+                    "topic_sys_flag": row.topic_sys_flag,
+                }
+                for row in queues
+            ],
+            "broker_datas": list(broker_datas.values()),
+        }
+
+    def clusters(self, expiry_s: float) -> list[dict[str, Any]]:
+        now = self._now_ms()
+        with self.sessions() as session:
+            clusters = list(session.scalars(select(ClusterRow.name).order_by(ClusterRow.name)))
+            brokers = list(
+                session.scalars(select(BrokerRow).order_by(BrokerRow.broker_name, BrokerRow.broker_id))
+            )
+        result = []
+        for name in clusters:
+            members = [
+                {
+                    "broker_name": row.broker_name,
+                    "broker_id": row.broker_id,
+                    "address": row.address,
+                    "ha_address": row.ha_address,
+                    "last_heartbeat_ms": row.last_heartbeat_ms,
+                    "alive": now - row.last_heartbeat_ms <= expiry_s * 1000,
+                    "data_version": row.data_version,
+                }
+                for row in brokers
+                if row.cluster_name == name
+            ]
+            result.append({"name": name, "brokers": members})
+        return result
+
+    def masters(
+        self, cluster: str | None = None, broker_names: Iterable[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """(broker name, address) of the masters in a cluster, or of the named brokers."""
+        query = select(BrokerRow).where(BrokerRow.broker_id == MASTER_ID)
+        if cluster is not None:
+            query = query.where(BrokerRow.cluster_name == cluster)
+        if broker_names is not None:
+            query = query.where(BrokerRow.broker_name.in_(list(broker_names)))
+        with self.sessions() as session:
+            return [
+                (row.broker_name, row.address)
+                for row in session.scalars(query.order_by(BrokerRow.broker_name))
+            ]

@@ -1,0 +1,83 @@
+"""The registry database: engine creation and schema migrations with Alembic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class SchemaOutOfDateError(RuntimeError):
+    """The database schema is not at the newest migration and upgrading was not allowed."""
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        database = url.split("///", 1)[-1]
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(connection, _record):  # type: ignore[no-untyped-def]
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def alembic_config() -> Config:
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+# Brokers starting together against one PostgreSQL take turns migrating.
+MIGRATION_LOCK_KEY = 0x57686172
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    config = alembic_config()
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
+def ensure_schema(engine: Engine, auto_upgrade: bool) -> None:
+    """Bring the schema to the newest migration, or refuse with a clear message when not allowed."""
+    current, head = current_revision(engine), head_revision()
+    if current == head:
+        return
+    if not auto_upgrade:
+        raise SchemaOutOfDateError(
+            f"the route registry schema is at {current or 'nothing'}, this broker needs {head}: "
+            "run `alembic upgrade head` (with WHARF_DATABASE_URL set) or set WHARF_DATABASE_AUTO_UPGRADE=true"
+        )
+    upgrade(engine)

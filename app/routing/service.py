@@ -1,0 +1,117 @@
+"""The broker's side of routing: register at start, heartbeat, scan for expired brokers, unregister.
+
+Every broker runs the expiry scan; the database makes concurrent scans harmless. Database calls
+are synchronous SQLAlchemy, so they run in a worker thread, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from app.routing.registry import BrokerIdentity, RouteRegistry
+from app.routing.topic_config import TopicConfig
+
+log = logging.getLogger(__name__)
+
+# A miss on a local topic asks the registry; answers are kept this long.
+ROUTE_CACHE_S = 2.0
+
+
+class RoutingService:
+    def __init__(
+        self,
+        registry: RouteRegistry,
+        identity: BrokerIdentity,
+        topics: Callable[[], Iterable[TopicConfig]],
+        heartbeat_interval_s: float,
+        expiry_s: float,
+        scan_interval_s: float,
+    ) -> None:
+        self.registry = registry
+        self.identity = identity
+        self.topics = topics
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.expiry_s = expiry_s
+        self.scan_interval_s = scan_interval_s
+        self._tasks: list[asyncio.Task[None]] = []
+        self._heartbeat_now = asyncio.Event()
+        self._data_version = 0
+        self._route_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+
+    async def start(self) -> None:
+        await self.heartbeat()
+        self._tasks = [
+            asyncio.create_task(self._heartbeat_loop(), name="wharf-heartbeat"),
+            asyncio.create_task(self._scan_loop(), name="wharf-expiry-scan"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        try:
+            await asyncio.to_thread(self.registry.unregister, self.identity)
+        except Exception:
+            log.exception("could not unregister %s", self.identity.broker_name)
+
+    async def heartbeat(self) -> None:
+        self._data_version += 1
+        topics = list(self.topics())
+        await asyncio.to_thread(self.registry.register, self.identity, topics, self._data_version)
+
+    def topics_changed(self) -> None:
+        """Send a heartbeat soon, so routes show a created or deleted topic without waiting 30 s."""
+        self._route_cache.clear()
+        self._heartbeat_now.set()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(), self.heartbeat_interval_s)
+            self._heartbeat_now.clear()
+            try:
+                await self.heartbeat()
+            except Exception:
+                log.exception("heartbeat to the route registry failed")
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval_s)
+            try:
+                removed = await asyncio.to_thread(self.registry.scan_expired, self.expiry_s)
+                if removed:
+                    log.warning("removed brokers silent for %s s: %s", self.expiry_s, removed)
+                    self._route_cache.clear()
+            except Exception:
+                log.exception("expiry scan of the route registry failed")
+
+    async def route(self, topic: str) -> dict[str, Any] | None:
+        cached = self._route_cache.get(topic)
+        now = time.monotonic()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        route = await asyncio.to_thread(self.registry.topic_route, topic)
+        self._route_cache[topic] = (now + ROUTE_CACHE_S, route)
+        return route
+
+    async def brokers_hosting(self, topic: str) -> list[str]:
+        """Addresses of the masters, other than this broker, whose queue data include ``topic``."""
+        route = await self.route(topic)
+        if route is None:
+            return []
+        hosting = {data["broker_name"] for data in route["queue_datas"]}
+        return [
+            data["addresses"]["0"]
+            for data in route["broker_datas"]
+            if data["broker_name"] in hosting
+            and data["broker_name"] != self.identity.broker_name
+            and "0" in data["addresses"]
+        ]
