@@ -1,0 +1,208 @@
+"""The pull consumer: long-poll every queue of a topic, hand messages out in order per queue,
+commit what the application finished.
+
+One fetcher thread per queue long-polls its broker. Fetched messages wait in a local cache;
+fetchers pause while it holds 1000 messages or 100 MiB (flow control, SPEC 4). A message counts
+as processed when the application asks for the next one (or calls :meth:`PullConsumer.commit`
+after handling it), so a crash re-delivers at most the message in hand: at-least-once.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from app.api.codec import RECORDS_MEDIA_TYPE, split_records
+from app.client.errors import BrokerError, raise_for_envelope
+from app.client.routes import MessageQueue, RouteCache
+from app.store.record import StoredMessage, decode_record
+
+log = logging.getLogger(__name__)
+
+MOVE_ON = {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE"}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedMessage:
+    message: StoredMessage
+    queue: MessageQueue
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+
+class PullConsumer:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        topic: str,
+        group: str,
+        *,
+        tags: str = "*",
+        batch_size: int = 32,
+        max_wait_ms: int = 2_000,
+        max_cached_messages: int = 1_000,
+        max_cached_bytes: int = 100 * 1024 * 1024,
+        commit_interval_s: float = 5.0,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.topic = topic
+        self.group = group
+        self.tags = tags
+        self.batch_size = batch_size
+        self.max_wait_ms = max_wait_ms
+        self.max_cached_messages = max_cached_messages
+        self.max_cached_bytes = max_cached_bytes
+        self.commit_interval_s = commit_interval_s
+        self.timeout_s = timeout_s + max_wait_ms / 1000
+        self._http = httpx.Client(timeout=self.timeout_s)
+        self.routes = RouteCache(self._http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
+        self._cache: queue.Queue[ConsumedMessage] = queue.Queue()
+        self._room = threading.Condition()
+        self._cached_messages = 0
+        self._cached_bytes = 0
+        self._stop = threading.Event()
+        self._threads: dict[MessageQueue, threading.Thread] = {}
+        self._done: dict[MessageQueue, int] = {}  # next offset to commit, per queue
+        self._committed: dict[MessageQueue, int] = {}
+        self._done_lock = threading.Lock()
+        self._in_hand: ConsumedMessage | None = None
+        self._last_commit = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> PullConsumer:
+        for message_queue in self.routes.get(self.topic, refresh=True).read_queues:
+            thread = threading.Thread(
+                target=self._fetch_loop,
+                args=(message_queue,),
+                name=f"wharf-fetch-{message_queue.queue_id}",
+                daemon=True,
+            )
+            self._threads[message_queue] = thread
+            thread.start()
+        return self
+
+    def close(self) -> None:
+        self._finish_in_hand()
+        self._stop.set()
+        with self._room:
+            self._room.notify_all()
+        for thread in self._threads.values():
+            thread.join(self.timeout_s)
+        self.commit()
+        self._http.close()
+
+    def __enter__(self) -> PullConsumer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def queues(self) -> list[MessageQueue]:
+        return sorted(self._threads)
+
+    # -- consuming -------------------------------------------------------------------------------
+
+    def poll(self, timeout_s: float = 1.0) -> ConsumedMessage | None:
+        """The next message, or None after ``timeout_s``. Asking for it finishes the previous one."""
+        self._finish_in_hand()
+        try:
+            consumed = self._cache.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+        with self._room:
+            self._cached_messages -= 1
+            self._cached_bytes -= consumed.message.size
+            self._room.notify_all()
+        self._in_hand = consumed
+        if time.monotonic() - self._last_commit >= self.commit_interval_s:
+            self.commit()
+        return consumed
+
+    def __iter__(self) -> Iterator[ConsumedMessage]:
+        while not self._stop.is_set():
+            consumed = self.poll(0.5)
+            if consumed is not None:
+                yield consumed
+
+    def _finish_in_hand(self) -> None:
+        consumed, self._in_hand = self._in_hand, None
+        if consumed is not None:
+            with self._done_lock:
+                self._done[consumed.queue] = consumed.message.queue_offset + 1
+
+    def commit(self) -> None:
+        """Commit, per broker, the offsets after the messages the application finished."""
+        self._finish_in_hand()
+        self._last_commit = time.monotonic()
+        with self._done_lock:
+            pending = {q: offset for q, offset in self._done.items() if self._committed.get(q) != offset}
+        by_address: dict[str, list[tuple[MessageQueue, int]]] = {}
+        for message_queue, offset in pending.items():
+            by_address.setdefault(message_queue.address, []).append((message_queue, offset))
+        for address, items in by_address.items():
+            body = {"offsets": [{"topic": self.topic, "queue_id": q.queue_id, "offset": o} for q, o in items]}
+            try:
+                raise_for_envelope(self._http.put(f"{address}/v1/groups/{self.group}/offsets", json=body))
+            except (httpx.HTTPError, BrokerError) as exc:
+                log.warning("committing offsets to %s failed: %s", address, exc)
+                continue
+            with self._done_lock:
+                for message_queue, offset in items:
+                    self._committed[message_queue] = offset
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    def _wait_for_room(self) -> bool:
+        with self._room:
+            while not self._stop.is_set() and (
+                self._cached_messages >= self.max_cached_messages
+                or self._cached_bytes >= self.max_cached_bytes
+            ):
+                self._room.wait(0.5)
+        return not self._stop.is_set()
+
+    def _fetch_loop(self, message_queue: MessageQueue) -> None:
+        url = f"{message_queue.address}/v1/topics/{self.topic}/queues/{message_queue.queue_id}/messages"
+        offset: int | None = None  # None: the broker starts from the group's committed offset
+        backoff_s = 0.1
+        with httpx.Client(timeout=self.timeout_s) as http:
+            while self._wait_for_room():
+                params: dict[str, object] = {
+                    "group": self.group,
+                    "max_messages": self.batch_size,
+                    "max_wait_ms": self.max_wait_ms,
+                    "tags": self.tags,
+                }
+                if offset is not None:
+                    params["offset"] = offset
+                try:
+                    response = http.get(url, params=params, headers={"accept": RECORDS_MEDIA_TYPE})
+                    raise_for_envelope(response)
+                except (httpx.HTTPError, BrokerError) as exc:
+                    log.debug("pull from %s failed: %s", url, exc)
+                    self._stop.wait(backoff_s)
+                    backoff_s = min(backoff_s * 2, 2.0)
+                    continue
+                backoff_s = 0.1
+                status = response.headers["x-wharf-status"]
+                next_offset = int(response.headers["x-wharf-next-offset"])
+                if status == "FOUND":
+                    records = [decode_record(raw) for raw in split_records(response.content)]
+                    with self._room:
+                        self._cached_messages += len(records)
+                        self._cached_bytes += sum(record.size for record in records)
+                    for record in records:
+                        self._cache.put(ConsumedMessage(record, message_queue))
+                    offset = next_offset
+                elif status in MOVE_ON or offset is None:
+                    offset = next_offset

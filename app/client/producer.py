@@ -1,0 +1,163 @@
+"""The producer: route-aware queue selection, retries on another broker, latency fault tolerance."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
+from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
+from app.client.fault import LatencyFaultTolerance
+from app.client.routes import MessageQueue, RouteCache
+
+
+@dataclass(slots=True)
+class OutgoingMessage:
+    body: bytes
+    tags: str = ""
+    keys: list[str] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+    unique_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    msg_id: str
+    unique_id: str
+    queue_id: int
+    queue_offset: int
+    status: str
+    broker_name: str
+    address: str
+
+
+class Producer:
+    """Sends messages to the brokers that serve a topic.
+
+    Every message gets a unique id before the first try, so a retry after a lost answer is
+    recognised by the broker's idempotency window instead of stored twice.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        retries: int = 2,
+        timeout_s: float = 5.0,
+        route_ttl_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.http = httpx.Client(timeout=timeout_s)
+        self.routes = RouteCache(
+            self.http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap), route_ttl_s, clock
+        )
+        self.retries = retries
+        self.faults = LatencyFaultTolerance(clock)
+        self._counter = itertools.count()
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def send(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        tags: str = "",
+        keys: Sequence[str] = (),
+        properties: dict[str, str] | None = None,
+        sharding_key: str | None = None,
+    ) -> SendResult:
+        message = OutgoingMessage(
+            body.encode() if isinstance(body, str) else body, tags, list(keys), properties or {}
+        )
+        return self.send_batch(topic, [message], sharding_key=sharding_key)[0]
+
+    def send_batch(
+        self, topic: str, messages: Sequence[OutgoingMessage], *, sharding_key: str | None = None
+    ) -> list[SendResult]:
+        """Send a batch to one queue, in the binary batch format; retry on another broker on failure."""
+        for message in messages:
+            if message.unique_id is None:
+                message.unique_id = uuid.uuid4().hex.upper()
+        failed_broker: str | None = None
+        last_error: Exception | None = None
+        for attempt in range(self.retries + 1):
+            route = self.routes.get(topic, refresh=attempt > 0)
+            if not route.write_queues:
+                raise WharfClientError(f"topic {topic!r} has no writable queue")
+            queue = self._select(route.write_queues, sharding_key, failed_broker)
+            started = time.monotonic()
+            try:
+                results = self._post(topic, queue, messages)
+            except (httpx.HTTPError, BrokerError) as exc:
+                if isinstance(exc, BrokerError) and not exc.retryable:
+                    raise
+                self.faults.update(queue.broker_name, 0, failed=True)
+                failed_broker = queue.broker_name
+                last_error = exc
+                continue
+            self.faults.update(queue.broker_name, (time.monotonic() - started) * 1000)
+            return results
+        raise WharfClientError(f"sending to {topic!r} failed after {self.retries + 1} tries: {last_error}")
+
+    def _select(
+        self, queues: Sequence[MessageQueue], sharding_key: str | None, avoid: str | None
+    ) -> MessageQueue:
+        if sharding_key is not None:
+            # One key, one queue: ordered messages must not move to another broker on retry.
+            return queues[zlib.crc32(sharding_key.encode()) % len(queues)]
+        start = next(self._counter)
+        for step in range(len(queues)):
+            queue = queues[(start + step) % len(queues)]
+            if queue.broker_name != avoid and self.faults.available(queue.broker_name):
+                return queue
+        for step in range(len(queues)):
+            queue = queues[(start + step) % len(queues)]
+            if queue.broker_name != avoid:
+                return queue
+        least_bad = self.faults.least_bad({queue.broker_name for queue in queues})
+        return next(queue for queue in queues if queue.broker_name == least_bad)
+
+    def _post(self, topic: str, queue: MessageQueue, messages: Sequence[OutgoingMessage]) -> list[SendResult]:
+        batch = encode_batch(
+            IncomingMessage(
+                body=message.body,
+                tags=message.tags,
+                keys=message.keys,
+                properties=message.properties,
+                queue_id=queue.queue_id,
+                unique_id=message.unique_id,
+            )
+            for message in messages
+        )
+        response = self.http.post(
+            f"{queue.address}/v1/topics/{topic}/messages",
+            content=batch,
+            headers={"content-type": BATCH_MEDIA_TYPE},
+        )
+        raise_for_envelope(response)
+        return [
+            SendResult(
+                result["msg_id"],
+                result["unique_id"],
+                result["queue_id"],
+                result["queue_offset"],
+                result["status"],
+                queue.broker_name,
+                queue.address,
+            )
+            for result in response.json()["results"]
+        ]

@@ -1,0 +1,108 @@
+"""The route registry as a specification, on SQLite and PostgreSQL, with a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from app.routing.registry import BrokerIdentity, RouteRegistry
+from app.routing.schema import make_engine, upgrade
+from app.routing.topic_config import PERM_READ, TopicConfig
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def registry(database_url: str, clock: Clock) -> Iterator[RouteRegistry]:
+    engine = make_engine(database_url)
+    upgrade(engine)
+    yield RouteRegistry(engine, clock=clock)
+    engine.dispose()
+
+
+A = BrokerIdentity("east", "broker-a", 0, "http://a:8080")
+A_SLAVE = BrokerIdentity("east", "broker-a", 1, "http://a2:8080")
+B = BrokerIdentity("east", "broker-b", 0, "http://b:8080")
+C = BrokerIdentity("west", "broker-c", 0, "http://c:8080")
+
+
+def test_route_lists_queue_data_and_addresses(registry: RouteRegistry) -> None:
+    registry.register(A, [TopicConfig("orders", 4, 4)])
+    registry.register(B, [TopicConfig("orders", 2, 2, PERM_READ)])
+    route = registry.topic_route("orders")
+    assert route is not None
+    assert [(q["broker_name"], q["read_queue_nums"], q["perm"]) for q in route["queue_datas"]] == [
+        ("broker-a", 4, 6),
+        ("broker-b", 2, 4),
+    ]
+    assert {b["broker_name"]: b["addresses"] for b in route["broker_datas"]} == {
+        "broker-a": {"0": "http://a:8080"},
+        "broker-b": {"0": "http://b:8080"},
+    }
+    assert registry.topic_route("unknown") is None
+
+
+def test_queue_data_is_taken_from_masters_only(registry: RouteRegistry) -> None:
+    registry.register(A, [TopicConfig("orders", 4, 4)])
+    registry.register(A_SLAVE, [TopicConfig("orders", 16, 16), TopicConfig("slave-only")])
+    route = registry.topic_route("orders")
+    assert route is not None
+    assert [q["read_queue_nums"] for q in route["queue_datas"]] == [4]
+    assert route["broker_datas"][0]["addresses"] == {"0": "http://a:8080", "1": "http://a2:8080"}
+    assert registry.topic_route("slave-only") is None
+
+
+def test_heartbeat_replaces_a_brokers_topics(registry: RouteRegistry) -> None:
+    registry.register(A, [TopicConfig("orders"), TopicConfig("gone")])
+    registry.register(A, [TopicConfig("orders", 8, 8)])
+    assert registry.topic_route("gone") is None
+    route = registry.topic_route("orders")
+    assert route is not None and route["queue_datas"][0]["write_queue_nums"] == 8
+
+
+def test_silent_brokers_expire_with_what_they_leave_empty(registry: RouteRegistry, clock: Clock) -> None:
+    registry.register(A, [TopicConfig("shared"), TopicConfig("a-only")])
+    registry.register(C, [TopicConfig("shared")])
+    clock.now += 100
+    registry.register(A, [TopicConfig("shared"), TopicConfig("a-only")])  # A heartbeats, C is silent
+    clock.now += 30
+    assert registry.scan_expired(120) == ["http://c:8080"]
+    route = registry.topic_route("shared")
+    assert route is not None and [q["broker_name"] for q in route["queue_datas"]] == ["broker-a"]
+    assert [cluster["name"] for cluster in registry.clusters(120)] == ["east"]
+    assert registry.scan_expired(120) == []
+
+
+def test_clean_unregister_removes_broker_topics_and_cluster(registry: RouteRegistry) -> None:
+    registry.register(C, [TopicConfig("west-topic")])
+    registry.unregister(C)
+    assert registry.topic_route("west-topic") is None
+    assert registry.clusters(120) == []
+
+
+def test_clusters_report_liveness(registry: RouteRegistry, clock: Clock) -> None:
+    registry.register(A, [])
+    clock.now += 5
+    registry.register(B, [])
+    clock.now += 118
+    (east,) = registry.clusters(120)
+    assert {b["broker_name"]: b["alive"] for b in east["brokers"]} == {"broker-a": False, "broker-b": True}
+
+
+def test_masters_of_a_cluster_or_by_name(registry: RouteRegistry) -> None:
+    for broker in (A, A_SLAVE, B, C):
+        registry.register(broker, [])
+    assert registry.masters("east") == [("broker-a", "http://a:8080"), ("broker-b", "http://b:8080")]
+    assert registry.masters(broker_names=["broker-c"]) == [("broker-c", "http://c:8080")]
