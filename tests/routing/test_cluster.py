@@ -1,0 +1,169 @@
+"""A real cluster on one machine: three broker processes sharing one PostgreSQL registry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.client import Producer
+from tests.api.server import BrokerProcess
+
+pytestmark = pytest.mark.slow
+
+CLUSTER = "wharf-test"
+TIMINGS = {"heartbeat_interval_s": 0.5, "broker_expiry_s": 3, "expiry_scan_interval_s": 0.5}
+
+
+def wait_for(condition, timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Iterator[list[BrokerProcess]]:
+    root = tmp_path_factory.mktemp("cluster")
+    brokers = [
+        BrokerProcess(
+            root / f"store-{index}",
+            database_url=postgres_url,
+            cluster_name=CLUSTER,
+            broker_name=f"broker-{index}",
+            **TIMINGS,
+        )
+        for index in range(3)
+    ]
+    for broker in brokers:
+        broker.env["WHARF_ADVERTISED_URL"] = broker.url
+        broker.start()
+    yield brokers
+    for broker in brokers:
+        broker.stop()
+
+
+def alive_brokers(url: str) -> set[str]:
+    clusters = httpx.get(f"{url}/v1/clusters").json()["clusters"]
+    return {b["broker_name"] for c in clusters if c["name"] == CLUSTER for b in c["brokers"] if b["alive"]}
+
+
+def test_every_broker_sees_the_cluster(cluster: list[BrokerProcess]) -> None:
+    for broker in cluster:
+        assert alive_brokers(broker.url) == {"broker-0", "broker-1", "broker-2"}
+
+
+def test_topic_created_across_the_cluster_routes_everywhere(cluster: list[BrokerProcess]) -> None:
+    created = httpx.post(
+        f"{cluster[0].url}/v1/topics", json={"name": "spread", "queues": 2, "cluster": CLUSTER}
+    )
+    assert created.status_code == 201, created.text
+    assert sorted((p["broker_name"], p["status"]) for p in created.json()["brokers"]) == [
+        ("broker-0", 201),
+        ("broker-1", 201),
+        ("broker-2", 201),
+    ]
+
+    def routed_everywhere() -> bool:
+        for broker in cluster:
+            route = httpx.get(f"{broker.url}/v1/topics/spread/route")
+            if route.status_code != 200 or len(route.json()["queue_datas"]) != 3:
+                return False
+        return True
+
+    assert wait_for(routed_everywhere)
+    route = httpx.get(f"{cluster[2].url}/v1/topics/spread/route").json()
+    assert {b["broker_name"]: b["addresses"]["0"] for b in route["broker_datas"]} == {
+        f"broker-{i}": cluster[i].url for i in range(3)
+    }
+
+
+def test_producer_spreads_over_brokers_and_messages_are_where_it_says(cluster: list[BrokerProcess]) -> None:
+    httpx.post(f"{cluster[0].url}/v1/topics", json={"name": "client-e2e", "queues": 2, "cluster": CLUSTER})
+    assert wait_for(
+        lambda: (
+            len(httpx.get(f"{cluster[1].url}/v1/topics/client-e2e/route").json().get("queue_datas", [])) == 3
+        )
+    )
+    with Producer(cluster[1].url) as producer:
+        results = [producer.send("client-e2e", f"message {i}", tags="T") for i in range(30)]
+    assert {r.broker_name for r in results} == {"broker-0", "broker-1", "broker-2"}
+    assert all(r.status == "SEND_OK" for r in results)
+    for i, result in enumerate(results):
+        found = httpx.get(f"{result.address}/v1/messages/{result.msg_id}")
+        assert found.status_code == 200
+        assert found.json()["body"] == f"message {i}" and found.json()["unique_id"] == result.unique_id
+
+
+def test_a_topic_on_another_broker_is_misdirected_not_misplaced(cluster: list[BrokerProcess]) -> None:
+    created = httpx.post(f"{cluster[0].url}/v1/topics", json={"name": "only-on-1", "brokers": ["broker-1"]})
+    assert [p["broker_name"] for p in created.json()["brokers"]] == ["broker-1"]
+    assert wait_for(lambda: httpx.get(f"{cluster[0].url}/v1/topics/only-on-1/route").status_code == 200)
+    answer = httpx.post(f"{cluster[0].url}/v1/topics/only-on-1/messages", json={"body": "lost?"})
+    assert answer.status_code == 421
+    assert answer.json()["error_code"] == 42101
+    assert answer.json()["brokers"] == [cluster[1].url]
+    assert httpx.get(f"{cluster[0].url}/v1/topics/only-on-1/queues/0/messages?offset=0").status_code == 421
+    assert httpx.get(f"{cluster[0].url}/v1/topics").json()["topics"] == [
+        t for t in httpx.get(f"{cluster[0].url}/v1/topics").json()["topics"] if t["name"] != "only-on-1"
+    ]
+
+
+def test_killing_a_broker_under_load(cluster: list[BrokerProcess], tmp_path: Path) -> None:
+    httpx.post(f"{cluster[0].url}/v1/topics", json={"name": "survive", "queues": 2, "cluster": CLUSTER})
+    assert wait_for(
+        lambda: len(httpx.get(f"{cluster[0].url}/v1/topics/survive/route").json().get("queue_datas", [])) == 3
+    )
+    victim = cluster[2]
+    acknowledged = []
+    failures = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer([cluster[0].url, cluster[1].url], timeout_s=2.0) as producer:
+            i = 0
+            while not stop.is_set():
+                try:
+                    acknowledged.append((i, producer.send("survive", f"load {i}")))
+                except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                    failures.append((i, repr(exc)))
+                i += 1
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    assert wait_for(lambda: any(r.broker_name == "broker-2" for _, r in acknowledged), 10)
+    victim.kill()  # SIGKILL
+    killed_at = len(acknowledged)
+    assert wait_for(lambda: len(acknowledged) > killed_at + 50, 20)
+    assert wait_for(lambda: "broker-2" not in alive_brokers(cluster[0].url), 15)
+    assert wait_for(
+        lambda: "broker-2"
+        not in {q["broker_name"] for q in httpx.get(f"{cluster[0].url}/v1/topics/survive/route").json()["queue_datas"]}
+    )
+    stop.set()
+    thread.join(30)
+    assert failures == []
+
+    victim.start()
+    assert wait_for(lambda: "broker-2" in alive_brokers(cluster[0].url), 15)
+    assert wait_for(
+        lambda: (
+            "broker-2"
+            in {
+                q["broker_name"]
+                for q in httpx.get(f"{cluster[0].url}/v1/topics/survive/route").json()["queue_datas"]
+            }
+        )
+    )
+    on_victim = [(i, r) for i, r in acknowledged if r.broker_name == "broker-2"]
+    assert on_victim
+    for i, result in on_victim:
+        found = httpx.get(f"{victim.url}/v1/messages/{result.msg_id}")
+        assert found.status_code == 200, (i, result)
+        assert found.json()["body"] == f"load {i}"
