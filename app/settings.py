@@ -51,6 +51,30 @@ class Settings(BaseSettings):
     max_scan_bytes_per_pull: int = Field(16_000, ge=20)
     max_transfer_bytes_per_pull: int = Field(4 * 1024 * 1024, ge=1)
 
+    # Message index (SPEC 1.6).
+    message_index_enable: bool = True
+    max_hash_slots: int = Field(5_000_000, ge=1)
+    max_index_count: int = Field(20_000_000, ge=2)
+    flush_interval_index_ms: int = Field(1_000, ge=1)
+    max_index_query_results: int = Field(64, ge=1)
+
+    # Retention and the disk guard (SPEC 1.9); ratios are percent of the store's partition.
+    file_reserved_time_h: int = Field(72, ge=0)
+    delete_when: str = Field("04", pattern=r"^\s*\d{1,2}(\s*;\s*\d{1,2})*\s*;?\s*$")
+    disk_max_used_space_ratio: int = Field(75, ge=0, le=100)
+    disk_force_clean_ratio: int = Field(85, ge=0, le=100)
+    disk_refuse_writes_ratio: int = Field(90, ge=0, le=100)
+    disk_accept_writes_ratio: int = Field(85, ge=0, le=100)
+    disk_check_interval_ms: int = Field(1_000, ge=1)
+    clean_resource_interval_ms: int = Field(10_000, ge=1)
+    clean_first_delay_ms: int = Field(60_000, ge=0)
+    delete_files_max_per_pass: int = Field(10, ge=1)
+    delete_files_interval_ms: int = Field(100, ge=0)
+    destroy_forcibly_interval_ms: int = Field(120_000, ge=0)
+
+    # Consumer offsets (SPEC 4).
+    consumer_offset_persist_interval_ms: int = Field(5_000, ge=1)
+
     # Topics (SPEC 3).
     auto_create_topics: bool = True
     default_topic_queue_nums: int = Field(4, ge=1, le=1024)
@@ -63,6 +87,13 @@ class Settings(BaseSettings):
     hold_check_interval_ms: int = Field(5_000, ge=10)
     idempotency_window_s: int = Field(300, ge=0)
     idempotency_max_entries: int = Field(1_000_000, ge=0)
+
+    # WebSocket subscriptions and produce (README "WebSocket").
+    ws_max_credit: int = Field(10_000, ge=1)
+    ws_batch_messages: int = Field(32, ge=1)
+    ws_max_unacked: int = Field(1_000, ge=1)
+    ws_hold_ms: int = Field(30_000, ge=100)
+    ws_produce_max_pending: int = Field(1_000, ge=1)
 
     @property
     def resolved_database_url(self) -> str:
@@ -94,4 +125,22 @@ class Settings(BaseSettings):
             flush_consumequeue_thorough_interval_ms=self.flush_consumequeue_thorough_interval_ms,
             max_scan_bytes_per_pull=self.max_scan_bytes_per_pull,
             max_transfer_bytes_per_pull=self.max_transfer_bytes_per_pull,
+            message_index_enable=self.message_index_enable,
+            max_hash_slots=self.max_hash_slots,
+            max_index_count=self.max_index_count,
+            flush_interval_index_ms=self.flush_interval_index_ms,
+            max_index_query_results=self.max_index_query_results,
+            file_reserved_time_h=self.file_reserved_time_h,
+            delete_when=self.delete_when,
+            disk_max_used_space_ratio=self.disk_max_used_space_ratio,
+            disk_force_clean_ratio=self.disk_force_clean_ratio,
+            disk_refuse_writes_ratio=self.disk_refuse_writes_ratio,
+            disk_accept_writes_ratio=self.disk_accept_writes_ratio,
+            disk_check_interval_ms=self.disk_check_interval_ms,
+            clean_resource_interval_ms=self.clean_resource_interval_ms,
+            clean_first_delay_ms=self.clean_first_delay_ms,
+            delete_files_max_per_pass=self.delete_files_max_per_pass,
+            delete_files_interval_ms=self.delete_files_interval_ms,
+            destroy_forcibly_interval_ms=self.destroy_forcibly_interval_ms,
+            consumer_offset_persist_interval_ms=self.consumer_offset_persist_interval_ms,
         )

@@ -9,10 +9,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from app.api import cluster, lookup, messages, topics
+from app.api import admin, cluster, groups, lookup, messages, topics
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
+from app.api.ws import router as ws_router
+from app.console import install_console
 from app.longpoll.hold import PullHoldService
 from app.routing.registry import BrokerIdentity, RouteRegistry
 from app.routing.schema import ensure_schema, make_engine
@@ -85,6 +87,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(messages.router)
     app.include_router(lookup.router)
     app.include_router(cluster.router)
+    app.include_router(groups.router)
+    app.include_router(admin.router)
+    app.include_router(ws_router)
+    install_console(app)
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

@@ -21,6 +21,7 @@ from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
 from app.store import GetMessageResult, GetMessageStatus, Message, MessageStore, PutStatus, TagFilter
+from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.errors import InvalidTopicError
 from app.store.record import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, validate_topic
 
@@ -30,6 +31,19 @@ RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 MIN_HOLD_S = 0.001
 
 SEND_STATUS = {PutStatus.PUT_OK: "SEND_OK", PutStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT"}
+
+
+def parse_start(start: str) -> tuple[ConsumeFromWhere, int | None]:
+    """``last``, ``first`` or a timestamp in ms: where a group without an offset starts."""
+    if start == "last":
+        return ConsumeFromWhere.LAST_OFFSET, None
+    if start == "first":
+        return ConsumeFromWhere.FIRST_OFFSET, None
+    if start.isdigit():
+        return ConsumeFromWhere.TIMESTAMP, int(start)
+    raise ApiError(
+        ErrorCode.INVALID_PARAMETER, f"from must be last, first or a timestamp in ms, not {start!r}"
+    )
 
 
 class UniqueIdGenerator:
@@ -217,7 +231,13 @@ class Broker:
     # -- pulling ---------------------------------------------------------------------------------
 
     def resolve_pull_offset(
-        self, topic: str, queue_id: int, offset: int | None, group: str | None, commit_offset: int | None
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int | None,
+        group: str | None,
+        commit_offset: int | None,
+        start: str = "last",
     ) -> int:
         """The offset a pull reads from: the one asked for, else the group's committed offset."""
         if commit_offset is not None:
@@ -234,13 +254,23 @@ class Broker:
             raise ApiError(
                 ErrorCode.BAD_REQUEST, "give an offset, or a group to read from its committed offset"
             )
-        return self.group_offset(group, topic, queue_id)
+        policy, timestamp_ms = parse_start(start)
+        return self.group_offset(group, topic, queue_id, policy, timestamp_ms)
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.store.consumer_offsets.commit(group, topic, queue_id, offset)
 
-    def group_offset(self, group: str, topic: str, queue_id: int) -> int:
-        return self.store.consumer_offsets.query(group, topic, queue_id)
+    def group_offset(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        start: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        """The group's committed offset, else where its start policy says (RocketMQ's
+        computePullFromWhere): the last offset, the first, or the first at or after a time."""
+        return self.store.consumer_offsets.start_offset(group, topic, queue_id, start, timestamp_ms)
 
     async def pull(
         self,

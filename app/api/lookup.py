@@ -1,22 +1,25 @@
-"""Message lookup: by message id (no index needed: the id names the CommitLog offset)."""
+"""Message lookup: by message id (no index needed: the id names the CommitLog offset) and by key."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 
 from app.api.codec import record_to_json
 from app.api.errors import ApiError, ErrorCode
-from app.api.schemas import ErrorEnvelope, MessageOut
-from app.api.topics import BrokerDep
+from app.api.schemas import ErrorEnvelope, MessageList, MessageOut
+from app.api.topics import BrokerDep, TopicName
 from app.store import parse_message_id
 
-router = APIRouter(prefix="/v1/messages", tags=["messages"])
+router = APIRouter(prefix="/v1", tags=["messages"])
+
+MAX_KEY_RESULTS = 1000
 
 
 @router.get(
-    "/{msg_id}",
+    "/messages/{msg_id}",
     response_model=MessageOut,
     summary="Look a message up by its id",
     responses={400: {"model": ErrorEnvelope}, 404: {"model": ErrorEnvelope}},
@@ -33,3 +36,33 @@ def get_message(
     if raw is None:
         raise ApiError(ErrorCode.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")
     return record_to_json(raw)
+
+
+@router.get(
+    "/topics/{topic}/messages",
+    response_model=MessageList,
+    summary="Messages of a topic by key (a word of KEYS, or a unique id), newest first",
+    responses={400: {"model": ErrorEnvelope}, 404: {"model": ErrorEnvelope}},
+)
+async def query_by_key(
+    topic: TopicName,
+    broker: BrokerDep,
+    key: Annotated[str, Query(min_length=1, max_length=1024, description="The key to look up")],
+    begin: Annotated[int, Query(ge=0, description="Stored at or after (ms since the epoch)")] = 0,
+    end: Annotated[int | None, Query(ge=0, description="Stored at or before (ms); default now")] = None,
+    max: Annotated[int, Query(ge=1, le=MAX_KEY_RESULTS, description="Most messages to return")] = 32,  # noqa: A002
+) -> dict[str, Any]:
+    await broker.topic(topic)
+    if end is not None and end < begin:
+        raise ApiError(ErrorCode.INVALID_PARAMETER, f"end ({end}) is before begin ({begin})")
+    store = broker.store
+    kwargs: dict[str, Any] = {"max_messages": max, "begin_ms": begin}
+    if end is not None:
+        kwargs["end_ms"] = end
+    found = await asyncio.to_thread(store.query_message_by_key, topic, key, **kwargs)
+    messages = []
+    for message in found:
+        raw = store.read_record(message.physical_offset)
+        if raw is not None:
+            messages.append(record_to_json(raw))
+    return {"topic": topic, "key": key, "messages": messages}

@@ -273,6 +273,14 @@ async def pull(
     ] = None,
     group: Annotated[str | None, Query(min_length=1, max_length=255, description="Consumer group")] = None,
     commit_offset: Annotated[int | None, Query(description="Commit this offset for the group first")] = None,
+    start: Annotated[
+        str,
+        Query(
+            alias="from",
+            max_length=20,
+            description="Where a group without a committed offset starts: last, first or a timestamp (ms)",
+        ),
+    ] = "last",
 ) -> Response:
     config = await broker.queue_of(topic, queue_id)
     if not config.readable:
@@ -290,7 +298,7 @@ async def pull(
         tag_filter = TagFilter.parse(tags)
     except FilterExpressionError as exc:
         raise ApiError(ErrorCode.INVALID_TAG_EXPRESSION, str(exc)) from None
-    offset = broker.resolve_pull_offset(topic, queue_id, offset, group, commit_offset)
+    offset = broker.resolve_pull_offset(topic, queue_id, offset, group, commit_offset, start)
     result = await broker.pull(topic, queue_id, offset, count, tag_filter, max_wait_ms, request.receive)
     accept = request.headers.get("accept", "")
     if RECORDS_MEDIA_TYPE in accept:

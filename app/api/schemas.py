@@ -229,3 +229,28 @@ class Cluster(BaseModel):
 
 class ClusterList(BaseModel):
     clusters: list[Cluster]
+
+
+class GroupSummary(BaseModel):
+    group: str
+    topics: list[str]
+
+
+class GroupList(BaseModel):
+    groups: list[GroupSummary]
+
+
+class MessageList(BaseModel):
+    topic: str
+    key: str
+    messages: list[MessageOut]
+
+
+class CleanReportOut(BaseModel):
+    disk_used_percent: float
+    reasons: list[str]
+    forced: bool
+    commitlog_segments: int
+    consumequeue_segments: int
+    index_files: int
+    commitlog_min_offset: int

@@ -1,9 +1,12 @@
-"""Wharf's storage engine: CommitLog, ConsumeQueues, flush and recovery (SPEC.md section 1).
+"""Wharf's storage engine: CommitLog, ConsumeQueues, flush and recovery, the message index,
+retention and the disk guard (SPEC.md section 1), and consumer offsets (section 4).
 
 A library of its own: it imports nothing but the standard library.
 """
 
 from app.store.config import FlushMode, StoreConfig
+from app.store.consumer_offsets import ConsumeFromWhere, ConsumerOffsetManager, OffsetEntry
+from app.store.disk_guard import DiskGuard, DiskUsageProbe
 from app.store.errors import (
     CorruptRecordError,
     DiskFullError,
@@ -21,11 +24,17 @@ from app.store.filter import FilterExpressionError, TagFilter
 from app.store.message_store import MessageStore
 from app.store.record import Message, StoredMessage, decode_record, message_id, parse_message_id
 from app.store.results import AppendResult, GetMessageResult, GetMessageStatus, PutStatus
+from app.store.retention import CleanReport
 
 __all__ = [
     "AppendResult",
+    "CleanReport",
+    "ConsumeFromWhere",
+    "ConsumerOffsetManager",
     "CorruptRecordError",
     "DiskFullError",
+    "DiskGuard",
+    "DiskUsageProbe",
     "EmptyBodyError",
     "FilterExpressionError",
     "FlushMode",
@@ -37,6 +46,7 @@ __all__ = [
     "MessageRejectedError",
     "MessageStore",
     "MessageTooLargeError",
+    "OffsetEntry",
     "PropertiesTooLargeError",
     "PutStatus",
     "StoreClosedError",

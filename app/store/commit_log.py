@@ -36,10 +36,14 @@ from app.store.results import AppendResult, PutStatus
 # (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys, uniq_key)
 Dispatch = Callable[[str, int, int, int, int, int, int, str, str], None]
 
+# Called once per appended batch, under the lock, in log order: (records, where each landed).
+# It must be cheap (the message index queues the batch and builds its entries on its own thread).
+BatchListener = Callable[[Sequence[EncodedRecord], list[AppendResult]], None]
+
 QueueKey = tuple[str, int]
 
 
-def _not_dispatched(sysflag: int) -> bool:
+def skips_consume_queue(sysflag: int) -> bool:
     """Half (prepared) and rolled-back transaction messages get no queue offset."""
     kind = sysflag & SYSFLAG_TRANSACTION_MASK
     return kind in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
@@ -51,6 +55,7 @@ class CommitLog:
         self.file_size = file_size
         self.store_host = store_host
         self.dispatch = dispatch
+        self.on_batch: BatchListener | None = None
         self.lock = threading.Lock()
         # Next queue offset of every (topic, queue); rebuilt from the ConsumeQueues at start.
         self.queue_offsets: dict[QueueKey, int] = {}
@@ -96,7 +101,7 @@ class CommitLog:
                     position = 0
                 key = (record.topic, record.queue_id)
                 physical_offset = mapped.file_from_offset + position
-                if _not_dispatched(record.sysflag):
+                if skips_consume_queue(record.sysflag):
                     queue_offset = 0
                 else:
                     queue_offset = queue_offsets.get(key, 0)
@@ -107,7 +112,7 @@ class CommitLog:
                 # Written last: a record whose offsets are still placeholders is not valid.
                 OFFSETS.pack_into(mm, position + POS_QUEUEOFFSET, queue_offset, physical_offset)
                 mapped.wrote_position = position = end
-                if not _not_dispatched(record.sysflag):
+                if not skips_consume_queue(record.sysflag):
                     dispatch(
                         record.topic,
                         record.queue_id,
@@ -132,6 +137,8 @@ class CommitLog:
                     )
                 )
             mapped.last_store_timestamp = now
+            if self.on_batch is not None:
+                self.on_batch(records, results)
         return results
 
     def read(self, physical_offset: int, size: int) -> memoryview | None:
@@ -142,7 +149,16 @@ class CommitLog:
         position = physical_offset - mapped.file_from_offset
         if position + size > mapped.wrote_position:
             return None
-        return mapped.slice(position, size)
+        # Held while slicing, so retention cannot delete the segment in between; the slice itself
+        # keeps its pages mapped afterwards.
+        if not mapped.hold():
+            return None
+        try:
+            return mapped.slice(position, size)
+        except ValueError:  # destroyed by force under a stuck reader
+            return None
+        finally:
+            mapped.release()
 
     def segment_at(self, physical_offset: int) -> MappedFile | None:
         return self.files.find(physical_offset)
@@ -172,6 +188,29 @@ class CommitLog:
                 mapped.last_store_timestamp = checked.store_timestamp
             self.walk_end = base + mapped.file_size
         return
+
+    def records_from(self, offset: int) -> Iterator[tuple[int, CheckedRecord]]:
+        """Validate and yield (offset, record) for each message from ``offset`` (a record boundary)
+        to the end of the log, crossing blank END_OF_FILE records; stops at the first invalid one."""
+        offset = max(offset, self.files.min_offset)
+        while True:
+            mapped = self.files.find(offset)
+            if mapped is None:
+                return
+            base = mapped.file_from_offset
+            position = offset - base
+            while position < mapped.wrote_position:
+                checked = check_record(mapped.view, position, base + position)
+                if checked is None:
+                    return
+                if checked.size == 0:
+                    break
+                yield base + position, checked
+                position += checked.size
+            else:
+                if mapped.wrote_position < mapped.file_size:
+                    return  # the end of the log
+            offset = base + mapped.file_size
 
     def first_store_timestamp(self, mapped: MappedFile) -> int | None:
         checked = check_record(mapped.view, 0, mapped.file_from_offset)

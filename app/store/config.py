@@ -39,6 +39,27 @@ class StoreConfig:
     max_transfer_bytes_per_pull: int = 4 * 1024 * 1024
     # Recovery walks this many trailing CommitLog segments after a clean stop.
     recover_segments_normal: int = 3
+    # Message index (SPEC 1.6): slots and entries per index file, flush interval, query limit.
+    message_index_enable: bool = True
+    max_hash_slots: int = 5_000_000
+    max_index_count: int = 20_000_000
+    flush_interval_index_ms: int = 1_000
+    max_index_query_results: int = 64
+    # Retention and the disk guard (SPEC 1.9). Ratios are percentages of the store's partition.
+    file_reserved_time_h: int = 72
+    delete_when: str = "04"  # hours of the day (local time), "04" or "04;16"
+    disk_max_used_space_ratio: int = 75
+    disk_force_clean_ratio: int = 85
+    disk_refuse_writes_ratio: int = 90
+    disk_accept_writes_ratio: int = 85
+    disk_check_interval_ms: int = 1_000
+    clean_resource_interval_ms: int = 10_000
+    clean_first_delay_ms: int = 60_000
+    delete_files_max_per_pass: int = 10
+    delete_files_interval_ms: int = 100
+    destroy_forcibly_interval_ms: int = 120_000
+    # Consumer offsets (SPEC 4).
+    consumer_offset_persist_interval_ms: int = 5_000
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
@@ -52,6 +73,14 @@ class StoreConfig:
     @property
     def config_dir(self) -> Path:
         return self.store_dir / "config"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.store_dir / "index"
+
+    @property
+    def consumer_offset_path(self) -> Path:
+        return self.config_dir / "consumerOffset.json"
 
     @property
     def checkpoint_path(self) -> Path:

@@ -85,9 +85,14 @@ class ConsumeQueue:
             return None
         local = position - mapped.file_from_offset
         available = mapped.wrote_position - local
-        if available <= 0:
+        if available <= 0 or not mapped.hold():
             return None
-        return mapped.slice(local, min(available, max_count * UNIT_SIZE))
+        try:
+            return mapped.slice(local, min(available, max_count * UNIT_SIZE))
+        except ValueError:  # destroyed by force under a stuck reader
+            return None
+        finally:
+            mapped.release()
 
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
         raw = self.entries(queue_offset, 1)
@@ -153,15 +158,20 @@ class ConsumeQueue:
         self.max_physical_end = new_end_phys
 
     def correct_min_offset(self, commitlog_min_offset: int) -> None:
-        """Skip entries whose CommitLog data was deleted by retention."""
-        offset = self.min_offset
-        max_offset = self.max_offset
-        while offset < max_offset:
-            entry = self.entry(offset)
-            if entry is None or entry[0] >= commitlog_min_offset:
-                break
-            offset += 1
-        self.min_logic_offset = offset
+        """Skip entries whose CommitLog data was deleted by retention.
+
+        Entries point at increasing CommitLog offsets, so a binary search finds the first entry
+        still in the log; deleting a 1 GiB CommitLog segment can strand millions of entries.
+        """
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            entry = self.entry(middle)
+            if entry is not None and entry[0] >= commitlog_min_offset:
+                high = middle
+            else:
+                low = middle + 1
+        self.min_logic_offset = max(self.min_logic_offset, low)
 
     def flush(self, least_pages: int = 0) -> bool:
         return self.files.flush(least_pages)

@@ -40,6 +40,13 @@ class CommitLogFlusher:
         self.files = files
         self.checkpoint = checkpoint
 
+    def flush_all(self) -> None:
+        """Flush segment after segment until everything appended so far is on disk."""
+        for _ in range(len(self.files.files) + 1):
+            self.flush()
+            if self.files.flushed_where >= self.files.max_offset:
+                return
+
     def flush(self, least_pages: int = 0) -> None:
         before = self.files.find(self.files.flushed_where)
         timestamp = before.last_store_timestamp if before is not None else 0
@@ -58,14 +65,20 @@ class GroupCommitService(ServiceThread):
         self._lock = threading.Lock()
         self._write: list[FlushRequest] = []
         self._read: list[FlushRequest] = []
+        self._drained = False
 
     def request(self, next_offset: int) -> Future[bool]:
         """A future that becomes True when the CommitLog is on disk up to ``next_offset``,
         False when the flush timeout passed first."""
         request = FlushRequest(next_offset, _now_ms() + self.timeout_ms)
         with self._lock:
-            self._write.append(request)
-        self.wakeup()
+            if not self._drained:
+                self._write.append(request)
+                self.wakeup()
+                return request.future
+        # The service has stopped: answer from the disk as it is, after one more flush.
+        self.flusher.flush_all()
+        request.future.set_result(self.flusher.files.flushed_where >= next_offset)
         return request.future
 
     def _swap(self) -> None:
@@ -93,12 +106,10 @@ class GroupCommitService(ServiceThread):
         requests.clear()
 
     def on_stop(self) -> None:
-        # Drain: answer everyone still waiting, after one last flush.
-        self.flusher.flush()
-        for _ in range(2):
-            self._swap()
-            self.run_once()
+        # Drain: answer everyone still waiting, after one last flush of everything.
+        self.flusher.flush_all()
         with self._lock:
+            self._drained = True
             pending = self._write + self._read
             self._write, self._read = [], []
         for request in pending:
@@ -129,8 +140,7 @@ class AsyncFlushService(ServiceThread):
         self.flusher.flush(least)
 
     def on_stop(self) -> None:
-        for _ in range(3):  # the tail can span segments
-            self.flusher.flush(0)
+        self.flusher.flush_all()
 
 
 class ConsumeQueueFlushService(ServiceThread):
@@ -160,8 +170,10 @@ class ConsumeQueueFlushService(ServiceThread):
     def flush_all(self, least_pages: int) -> None:
         covered = self.covered_timestamp()
         for files in list(self.queues()):
-            while not files.flush(least_pages) and least_pages == 0:
-                pass
+            if least_pages == 0:
+                files.flush_all()
+            else:
+                files.flush(least_pages)
         if least_pages == 0 and covered:
             self.checkpoint.consumequeue_timestamp = max(self.checkpoint.consumequeue_timestamp, covered)
         self.before_checkpoint()

@@ -8,6 +8,7 @@ while the writer rolls to a new segment.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from app.store.errors import StoreConfigError
@@ -20,22 +21,27 @@ class MappedFileQueue:
         self.file_size = file_size
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        # Segments taken off the queue by retention whose deletion waits for their readers.
+        self.doomed: list[MappedFile] = []
 
     def load(self) -> None:
         """Map every existing segment; positions are set later by recovery."""
         if not self.directory.is_dir():
             return
         names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
-        files = []
-        for name in names:
-            mapped = MappedFile(self.directory / name, self.file_size)
-            mapped.wrote_position = mapped.flushed_position = self.file_size
-            files.append(mapped)
-        for previous, current in zip(files, files[1:], strict=False):
-            if current.file_from_offset != previous.file_from_offset + self.file_size:
-                for mapped in files:
-                    mapped.close()
-                raise StoreConfigError(f"gap between segments {previous.path} and {current.path}")
+        files: list[MappedFile] = []
+        try:
+            for name in names:
+                mapped = MappedFile(self.directory / name, self.file_size)
+                files.append(mapped)
+                mapped.wrote_position = mapped.flushed_position = self.file_size
+            for previous, current in zip(files, files[1:], strict=False):
+                if current.file_from_offset != previous.file_from_offset + self.file_size:
+                    raise StoreConfigError(f"gap between segments {previous.path} and {current.path}")
+        except BaseException:
+            for mapped in files:
+                mapped.close()
+            raise
         self.files = files
 
     # -- lookups ---------------------------------------------------------------------------------
@@ -127,22 +133,28 @@ class MappedFileQueue:
         self.flushed_where = mapped.file_from_offset + position
         return self.flushed_where >= self.max_offset
 
+    def flush_all(self) -> None:
+        """Flush segment after segment until everything appended so far is on disk."""
+        for _ in range(len(self.files) + 1):
+            if self.flush(0):
+                return
+
     # -- recovery and removal -------------------------------------------------------------------
 
     def truncate(self, offset: int) -> None:
-        """Make ``offset`` the end: cut the segment that holds it, delete every later segment."""
-        keep = []
-        for mapped in self.files:
-            file_end = mapped.file_from_offset + self.file_size
-            if file_end <= offset:
-                keep.append(mapped)
-            elif mapped.file_from_offset <= offset:
-                position = offset - mapped.file_from_offset
-                mapped.zero_from(position)
-                mapped.wrote_position = mapped.flushed_position = position
-                keep.append(mapped)
-            else:
-                mapped.destroy()
+        """Make ``offset`` the end: cut the segment that holds it, delete every later segment.
+
+        Later segments go newest first, so a crash part-way leaves a run of segments without a gap.
+        """
+        keep = [mapped for mapped in self.files if mapped.file_from_offset <= offset]
+        for mapped in reversed(self.files[len(keep) :]):
+            mapped.destroy()
+        if keep:
+            last = keep[-1]
+            position = offset - last.file_from_offset
+            if position < self.file_size:
+                last.zero_from(position)
+                last.wrote_position = last.flushed_position = position
         self.files = keep
         self.flushed_where = min(self.flushed_where, offset) if keep else offset
 
@@ -154,6 +166,37 @@ class MappedFileQueue:
                 mapped.wrote_position = mapped.flushed_position = self.file_size
         self.flushed_where = offset
 
+    def detach(self, segments: Sequence[MappedFile]) -> None:
+        """Take ``segments`` (the oldest ones) off the queue and queue them for deletion.
+
+        The min offset moves past them at once, so no new read is answered from them; the files
+        themselves go in :meth:`destroy_doomed` once their readers let go. The caller holds the
+        writer's lock: the writer replaces the list too.
+        """
+        gone = {id(mapped) for mapped in segments}
+        self.files = [mapped for mapped in self.files if id(mapped) not in gone]
+        self.doomed = [*self.doomed, *segments]
+        self.flushed_where = max(self.flushed_where, self.min_offset)
+
+    def destroy_doomed(
+        self, forcibly_after_ms: int, now_ms: int, pause: Callable[[], None] | None = None
+    ) -> int:
+        """Delete detached segments nobody holds (or held past the forced interval); how many went.
+
+        ``pause`` runs between two deletions, to spread the disk work of deleting big files.
+        """
+        left = []
+        destroyed = 0
+        for mapped in self.doomed:
+            if destroyed and pause is not None:
+                pause()
+            if mapped.try_destroy(forcibly_after_ms, now_ms):
+                destroyed += 1
+            else:
+                left.append(mapped)
+        self.doomed = left
+        return destroyed
+
     def remove_first(self, count: int) -> list[MappedFile]:
         removed, self.files = self.files[:count], self.files[count:]
         for mapped in removed:
@@ -161,6 +204,9 @@ class MappedFileQueue:
         return removed
 
     def close(self) -> None:
+        for mapped in self.doomed:  # retention already decided these go
+            mapped.destroy()
+        self.doomed = []
         for mapped in self.files:
             mapped.close()
 

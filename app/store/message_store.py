@@ -1,7 +1,9 @@
-"""MessageStore: the facade that wires CommitLog, ConsumeQueues, flush services and recovery.
+"""MessageStore: the facade that wires CommitLog, ConsumeQueues, flush services and recovery, the
+message index, retention with the disk guard, and consumer offsets.
 
 It holds no storage logic of its own: it encodes outside the lock, appends through the CommitLog,
 waits for group commit when asked, and answers reads from a ConsumeQueue and the CommitLog.
+The clock and the disk usage probe are collaborators (``clock=``, ``disk_usage=``): tests pass fakes.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog
 from app.store.config import FlushMode, StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
+from app.store.consumer_offsets import ConsumerOffsetManager, OffsetPersistService
+from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe
 from app.store.errors import InvalidQueueError, StoreClosedError
 from app.store.filter import TagFilter
 from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
+from app.store.index_service import IndexService
+from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
 from app.store.record import (
     FIXED_SIZE,
     MESSAGE_MAGIC,
@@ -38,6 +44,7 @@ from app.store.record import (
 )
 from app.store.recovery import RecoveryReport, recover
 from app.store.results import AppendResult, GetMessageResult, GetMessageStatus, PutStatus
+from app.store.retention import CleanReport, CleanService
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +52,33 @@ log = logging.getLogger(__name__)
 ArrivalListener = Callable[[str, int, int, int], None]
 
 MAX_QUEUE_ID = 1 << 16
+# RocketMQ's accessMessageInMemoryMaxRatio: the share of physical memory that the newest CommitLog
+# bytes are assumed to occupy in the page cache (queryConsumerOffset's "still in memory" test).
+ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
 
 _DONE: Future[bool] = Future()
 _DONE.set_result(True)
 
 
+def _physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 class MessageStore:
-    def __init__(self, config: StoreConfig, on_arrival: ArrivalListener | None = None) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        on_arrival: ArrivalListener | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        disk_usage: DiskUsageProbe | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.config = config
+        self.clock = clock
         self.on_arrival = on_arrival
         self.store_host = encode_host(config.store_host, config.store_port)
         self.limits = Limits(config.max_message_size, config.max_topic_length, config.max_properties_size)
@@ -67,6 +93,34 @@ class MessageStore:
         self.async_flush: AsyncFlushService | None = None
         self.consumequeue_flush: ConsumeQueueFlushService | None = None
         self.recovery: RecoveryReport | None = None
+        self.index_service: IndexService | None = None
+        if config.message_index_enable:
+            self.index_service = IndexService(
+                config.index_dir,
+                self.checkpoint,
+                config.max_hash_slots,
+                config.max_index_count,
+                config.flush_interval_index_ms,
+                clock,
+            )
+            self.commitlog.on_batch = self.index_service.submit
+        self.disk_guard = DiskGuard(
+            disk_usage or disk_usage_probe(config.store_dir),
+            config.disk_refuse_writes_ratio,
+            config.disk_accept_writes_ratio,
+            config.disk_check_interval_ms,
+            clock,
+            where=f"the disk of {config.store_dir}",
+        )
+        self.clean_service = CleanService(
+            config, self.commitlog, self._all_queues, self.index_service, self.disk_guard, clock, sleep
+        )
+        self.lookup = MessageLookup(
+            self.commitlog, self.index_service, self.look_message, config.max_index_query_results
+        )
+        self.consumer_offsets = ConsumerOffsetManager(config.consumer_offset_path, self)
+        self.offset_persist: OffsetPersistService | None = None
+        self.in_memory_bytes = _physical_memory_bytes() * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
         self.is_open = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -77,20 +131,40 @@ class MessageStore:
         for directory in (config.store_dir, config.commitlog_dir, config.consumequeue_dir, config.config_dir):
             directory.mkdir(parents=True, exist_ok=True)
         clean = not config.abort_path.exists()
-        self.commitlog.files.load()
-        self._load_consume_queues()
-        self.recovery = recover(
-            self.commitlog,
-            self._all_queues,
-            self.checkpoint,
-            clean,
-            self._dispatch,
-            config.recover_segments_normal,
-        )
+        try:
+            self.commitlog.files.load()
+            self._load_consume_queues()
+            self.recovery = recover(
+                self.commitlog,
+                self._all_queues,
+                self.checkpoint,
+                clean,
+                self._dispatch,
+                config.recover_segments_normal,
+            )
+        except BaseException:
+            # Refused (a file disagrees with the configuration) or failed: leave nothing mapped.
+            self.commitlog.files.close()
+            for queue in self._all_queues():
+                queue.close()
+            raise
         commitlog_min = self.commitlog.min_offset
         for (topic, queue_id), queue in self.consume_queues.items():
             queue.correct_min_offset(commitlog_min)
             self.commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
+        try:
+            if self.index_service is not None:
+                self.index_service.load(clean)
+                self.index_service.trim(self.commitlog.max_offset)
+                self.index_service.rebuild(self.commitlog)
+            self.consumer_offsets.load()
+        except BaseException:
+            self.commitlog.files.close()
+            for queue in self._all_queues():
+                queue.close()
+            if self.index_service is not None:
+                self.index_service.close()
+            raise
         config.abort_path.touch()
         self.commitlog.open()
         self._start_services()
@@ -121,21 +195,36 @@ class MessageStore:
         )
         self.consumequeue_flush.covered_timestamp = self._last_store_timestamp
         self.consumequeue_flush.start()
+        if self.index_service is not None:
+            self.index_service.start()
+        self.clean_service.start()
+        self.offset_persist = OffsetPersistService(
+            self.consumer_offsets, config.consumer_offset_persist_interval_ms
+        )
+        self.offset_persist.start()
 
     def close(self) -> None:
         """Stop accepting writes, drain the flush services, write the checkpoint, remove abort."""
         if not self.is_open:
             return
         self.is_open = False
+        self.clean_service.stop()
         self.commitlog.closed = True
         with self.commitlog.lock:
             pass  # wait for an append in progress
-        for service in (self.group_commit, self.async_flush, self.consumequeue_flush):
+        # The index drains first: its last flush moves the checkpoint's index timestamp.
+        for service in (
+            self.index_service,
+            self.offset_persist,
+            self.group_commit,
+            self.async_flush,
+            self.consumequeue_flush,
+        ):
             if service is not None:
                 service.stop()
-        self.flusher.flush()
+        self.flusher.flush_all()
         for queue in self._all_queues():
-            queue.flush()
+            queue.files.flush_all()
         self.checkpoint.commitlog_timestamp = max(
             self.checkpoint.commitlog_timestamp, self._last_store_timestamp()
         )
@@ -144,6 +233,8 @@ class MessageStore:
         self.commitlog.close()
         for queue in self._all_queues():
             queue.close()
+        if self.index_service is not None:
+            self.index_service.close()
         self.config.abort_path.unlink(missing_ok=True)
 
     def __enter__(self) -> MessageStore:
@@ -162,6 +253,7 @@ class MessageStore:
         """
         if not self.is_open:
             raise StoreClosedError("the store is not open")
+        self.disk_guard.check_writable()
         now = int(time.time() * 1000)
         host, limits = self.store_host, self.limits
         check_fits = self.commitlog.check_fits
@@ -243,6 +335,13 @@ class MessageStore:
         next_offset = offset
         codes = tag_filter.codes if tag_filter is not None else None
         raw = queue.entries(offset, scan_entries)
+        if raw is None or (len(raw) >= UNIT.size and UNIT.unpack_from(raw)[0] < commitlog_min):
+            # Retention deleted what this offset names since min_offset was read: never read it.
+            queue.correct_min_offset(commitlog_min)
+            if offset < queue.min_offset:
+                return GetMessageResult(
+                    GetMessageStatus.OFFSET_TOO_SMALL, queue.min_offset, queue.min_offset, queue.max_offset
+                )
         if raw is not None:
             for physical_offset, size, tags_code in UNIT.iter_unpack(raw):
                 if records and (len(records) >= max_messages or total + size > max_bytes):
@@ -288,6 +387,51 @@ class MessageStore:
         """The message stored at ``physical_offset`` (the offset a message id names), or None."""
         data = self.read_record(physical_offset)
         return decode_record(data) if data is not None else None
+
+    # -- lookups: by id, by key, by time ---------------------------------------------------------
+
+    def query_message_by_id(self, msg_id: str) -> StoredMessage | None:
+        """The message a message id names (no index needed), or None if there is none here."""
+        return self.lookup.by_id(msg_id)
+
+    def query_message_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_messages: int | None = None,
+        begin_ms: int = 0,
+        end_ms: int = MAX_TIMESTAMP_MS,
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` whose KEYS hold the word ``key`` (or whose unique id is ``key``),
+        stored in [begin_ms, end_ms], newest first, at most ``max_messages`` (capped by
+        ``max_index_query_results``). Messages appended before the call are found."""
+        return self.lookup.by_key(topic, key, max_messages, begin_ms, end_ms)
+
+    def query_message_by_unique_id(self, topic: str, unique_id: str) -> StoredMessage | None:
+        """The newest message of ``topic`` with UNIQ_KEY ``unique_id``, or None."""
+        return self.lookup.by_unique_id(topic, unique_id)
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The queue offset of the first message stored at or after ``timestamp_ms``; the max offset
+        if there is none (RocketMQ's searchOffset)."""
+        return self.lookup.search_offset(self.consume_queues.get((topic, queue_id)), timestamp_ms)
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether the message at ``queue_offset`` is old enough to be out of the page cache: more
+        than 40 % of physical memory of CommitLog lies after it (RocketMQ's checkInDiskByConsumeOffset)."""
+        queue = self.consume_queues.get((topic, queue_id))
+        entry = queue.entry(queue_offset) if queue is not None else None
+        if entry is None:
+            return False
+        return self.commitlog.max_offset - entry[0] > self.in_memory_bytes
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def trigger_clean(self) -> CleanReport:
+        """Run a retention pass now, as an admin asked: expired files go even outside deleteWhen."""
+        if not self.is_open:
+            raise StoreClosedError("the store is not open")
+        return self.clean_service.clean(manual=True)
 
     # -- queues ----------------------------------------------------------------------------------
 

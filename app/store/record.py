@@ -92,7 +92,7 @@ PROPERTY_DELAY_LEVEL = "DELAY"
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
 @lru_cache(maxsize=4096)
@@ -146,10 +146,13 @@ def encode_properties(properties: dict[str, str]) -> bytes:
         if any(c in name for c in "\x01\x02") or any(c in value for c in "\x01\x02") or not name:
             raise MessageRejectedError(f"property {name!r} contains a reserved separator or is empty")
         parts.append(f"{name}\x01{value}\x02")
-    return "".join(parts).encode()
+    try:
+        return "".join(parts).encode()
+    except UnicodeEncodeError as exc:
+        raise MessageRejectedError(f"a property is not valid Unicode text: {exc.reason}") from None
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+def decode_properties(raw: bytes | bytearray | memoryview) -> dict[str, str]:
     if not raw:
         return {}
     text = bytes(raw).decode()
@@ -214,7 +217,7 @@ def validate_topic(topic: str, max_length: int = 127) -> bytes:
         raise InvalidTopicError("topic name is empty")
     if len(topic) > max_length:
         raise InvalidTopicError(f"topic name is {len(topic)} characters, the limit is {max_length}")
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidTopicError(
             f"topic name {topic!r} may only contain letters, digits and the characters % | - _"
         )
@@ -336,9 +339,14 @@ def decode_record(
     if total < FIXED_SIZE or total > len(buf) - pos or body_len < 0 or body_len > total - FIXED_SIZE:
         raise CorruptRecordError(f"record size {total} / body {body_len} out of range at {pos}")
     body_end = pos + POS_BODY + body_len
+    record_end = pos + total
+    if body_end + 3 > record_end:
+        raise CorruptRecordError(f"body of {body_len} bytes leaves no room for topic and properties at {pos}")
     body = bytes(buf[pos + POS_BODY : body_end])
     topic_len = buf[body_end]
     topic_end = body_end + 1 + topic_len
+    if topic_end + 2 > record_end:
+        raise CorruptRecordError(f"topic of {topic_len} bytes runs past the record at {pos}")
     (props_len,) = SHORT.unpack_from(buf, topic_end)
     if FIXED_SIZE + body_len + topic_len + props_len != total or props_len < 0:
         raise CorruptRecordError(f"field lengths do not add up to the record size {total} at {pos}")
@@ -405,9 +413,11 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, physical_offset:
         return None
     try:
         record = decode_record(buf, pos)
-    except (CorruptRecordError, UnicodeDecodeError, ValueError):
+    except (CorruptRecordError, UnicodeDecodeError, ValueError, struct.error, IndexError):
         return None
     if record.physical_offset != physical_offset or record.queue_offset < 0 or record.store_timestamp < 0:
+        return None
+    if not TOPIC_PATTERN.fullmatch(record.topic):
         return None
     if _signed_crc(record.body) != record.body_crc:
         return None

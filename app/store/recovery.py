@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from app.store.checkpoint import Checkpoint
-from app.store.commit_log import CommitLog, Dispatch
+from app.store.commit_log import CommitLog, Dispatch, skips_consume_queue
 from app.store.consume_queue import ConsumeQueue
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def recover(
     checked = redispatched = 0
     for offset, record in commitlog.walk(start_index):
         checked += 1
-        if not clean:
+        if not clean and not skips_consume_queue(record.sysflag):
             dispatch(
                 record.topic,
                 record.queue_id,

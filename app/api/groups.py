@@ -1,0 +1,82 @@
+"""Consumer group endpoints: commit offsets, read them back with each queue's lag."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from app.api.errors import ApiError, ErrorCode
+from app.api.schemas import ErrorEnvelope, GroupList, GroupOffsets, OffsetCommitRequest
+from app.api.topics import BrokerDep
+
+router = APIRouter(prefix="/v1/groups", tags=["groups"])
+
+GroupName = Annotated[
+    str, Path(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$", description="Consumer group")
+]
+
+
+async def _queue_offsets(broker: BrokerDep, group: str, topics: list[str]) -> list[dict[str, Any]]:
+    manager = broker.store.consumer_offsets
+    store = broker.store
+    rows = []
+    for topic in topics:
+        config = await broker.topic(topic)
+        for queue_id in range(config.queue_nums):
+            committed = manager.query(group, topic, queue_id)
+            max_offset = store.max_offset(topic, queue_id)
+            base = committed if committed >= 0 else store.min_offset(topic, queue_id)
+            rows.append(
+                {
+                    "topic": topic,
+                    "queue_id": queue_id,
+                    "committed_offset": committed if committed >= 0 else None,
+                    "max_offset": max_offset,
+                    "lag": max(0, max_offset - base),
+                }
+            )
+    return rows
+
+
+@router.get("", response_model=GroupList, summary="Consumer groups with committed offsets, and their topics")
+def list_groups(broker: BrokerDep) -> dict[str, Any]:
+    topics_by_group: dict[str, set[str]] = {}
+    for entry in broker.store.consumer_offsets.all():
+        topics_by_group.setdefault(entry.group, set()).add(entry.topic)
+    return {"groups": [{"group": g, "topics": sorted(t)} for g, t in sorted(topics_by_group.items())]}
+
+
+@router.put(
+    "/{group}/offsets",
+    response_model=GroupOffsets,
+    summary="Commit offsets: the next offset the group will read, per queue",
+    responses={404: {"model": ErrorEnvelope}, 422: {"model": ErrorEnvelope}},
+)
+async def commit_offsets(group: GroupName, body: OffsetCommitRequest, broker: BrokerDep) -> dict[str, Any]:
+    for item in body.offsets:  # check everything before committing anything
+        await broker.queue_of(item.topic, item.queue_id)
+    for item in body.offsets:
+        broker.commit_offset(group, item.topic, item.queue_id, item.offset)
+    topics = sorted({item.topic for item in body.offsets})
+    return {"group": group, "offsets": await _queue_offsets(broker, group, topics)}
+
+
+@router.get(
+    "/{group}/offsets",
+    response_model=GroupOffsets,
+    summary="Committed offsets, max offsets and lag per queue",
+    responses={404: {"model": ErrorEnvelope}},
+)
+async def get_offsets(
+    group: GroupName,
+    broker: BrokerDep,
+    topic: Annotated[str | None, Query(min_length=1, max_length=255, description="Only this topic")] = None,
+) -> dict[str, Any]:
+    if topic is not None:
+        topics = [topic]
+    else:
+        topics = sorted(broker.store.consumer_offsets.topics_of_group(group))
+        if not topics:
+            raise ApiError(ErrorCode.GROUP_NOT_FOUND, f"group {group!r} has no committed offsets")
+    return {"group": group, "offsets": await _queue_offsets(broker, group, topics)}

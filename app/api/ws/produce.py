@@ -1,0 +1,138 @@
+"""``GET /v1/ws/produce``: messages as frames in, results with the client's ids out, pipelined.
+
+The client sends frames without waiting for answers. Frames that arrive while a batch is being
+stored queue up and go into the next batch, one store append each (and, under SYNC flush, one
+group commit), so the more a client pipelines the larger the batches. Results come back in the
+order the frames were sent, one ``results`` frame per batch. At most ``ws_produce_max_pending``
+messages wait for their results; past that the broker stops reading the socket until they are
+answered, so a fast producer meets TCP back-pressure rather than a growing buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+from pydantic import ValidationError
+
+from app.api.broker import Broker
+from app.api.codec import IncomingMessage
+from app.api.errors import ApiError, ErrorCode, code_for
+from app.api.messages import _from_model, _validation_message
+from app.api.schemas import MessageIn
+from app.api.ws.protocol import FrameSender, receive_frame, serve
+from app.store.errors import StoreError
+from app.store.filter import FilterExpressionError
+
+router = APIRouter()
+
+Entry = tuple[Any, IncomingMessage | ApiError]  # (client id, the message or why it was refused)
+
+
+def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
+    """A produce frame's message: the HTTP API's message object, with ``id`` and ``type`` aside."""
+    fields = {name: value for name, value in frame.items() if name not in ("id", "type")}
+    try:
+        return _from_model(MessageIn.model_validate(fields))
+    except ValidationError as exc:
+        return ApiError(ErrorCode.VALIDATION_FAILED, _validation_message(exc))
+    except ApiError as exc:
+        return exc
+
+
+def error_result(client_id: Any, error: Exception) -> dict[str, Any]:
+    if isinstance(error, ApiError):
+        code, message = error.code, error.message
+    else:
+        code, message = code_for(error), str(error)
+    return {"id": client_id, "error_code": int(code), "message": message}
+
+
+class ProduceSession:
+    def __init__(self, websocket: WebSocket, broker: Broker, topic: str) -> None:
+        self.websocket = websocket
+        self.broker = broker
+        self.topic = topic
+        self.sender = FrameSender(websocket)
+        self.max_pending = broker.settings.ws_produce_max_pending
+        self.waiting: list[Entry] = []
+        self.pending = 0  # waiting plus the batch being stored
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def run(self) -> None:
+        receiver = asyncio.ensure_future(self._receive_loop())
+        producer = asyncio.ensure_future(self._produce_loop())
+        try:
+            done, _ = await asyncio.wait({receiver, producer}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in (receiver, producer):
+                task.cancel()
+            await asyncio.gather(receiver, producer, return_exceptions=True)
+
+    async def _receive_loop(self) -> None:
+        while True:
+            await self._room.wait()
+            frame = await receive_frame(self.websocket)
+            if frame is None:
+                return
+            self.waiting.append((frame.get("id"), parse_message(frame)))
+            self.pending += 1
+            if self.pending >= self.max_pending:
+                self._room.clear()
+            self._arrived.set()
+
+    async def _produce_loop(self) -> None:
+        while True:
+            await self._arrived.wait()
+            batch, self.waiting = self.waiting, []
+            self._arrived.clear()
+            results = await self._store(batch)
+            await self.sender.send({"type": "results", "results": results})
+            self.pending -= len(batch)
+            self._room.set()
+
+    async def _store(self, batch: list[Entry]) -> list[dict[str, Any]]:
+        """Results in frame order; one append for every valid message of the batch."""
+        valid = [(client_id, item) for client_id, item in batch if isinstance(item, IncomingMessage)]
+        stored: dict[int, dict[str, Any]] = {}
+        if not valid:
+            return [error_result(client_id, item) for client_id, item in batch if isinstance(item, ApiError)]
+        try:
+            answers = await self.broker.produce(self.topic, [item for _, item in valid])
+            for (client_id, item), answer in zip(valid, answers, strict=True):
+                stored[id(item)] = {"id": client_id, **answer}
+        except (ApiError, StoreError, FilterExpressionError) as batch_error:
+            if len(valid) == 1:
+                client_id, item = valid[0]
+                stored[id(item)] = error_result(client_id, batch_error)
+            else:
+                # One bad message refuses the whole append: store the others one by one.
+                for client_id, item in valid:
+                    try:
+                        (answer,) = await self.broker.produce(self.topic, [item])
+                        stored[id(item)] = {"id": client_id, **answer}
+                    except (ApiError, StoreError, FilterExpressionError) as error:
+                        stored[id(item)] = error_result(client_id, error)
+        return [
+            stored[id(item)] if isinstance(item, IncomingMessage) else error_result(client_id, item)
+            for client_id, item in batch
+        ]
+
+
+@router.websocket("/produce")
+async def produce(websocket: WebSocket) -> None:
+    """Store the messages sent as frames and answer each with its result, pipelined."""
+
+    async def handle(broker: Broker) -> None:
+        topic = websocket.query_params.get("topic")
+        if not topic:
+            raise ApiError(ErrorCode.BAD_REQUEST, "the topic parameter is required")
+        await broker.topic_for_write(topic)
+        await ProduceSession(websocket, broker, topic).run()
+
+    await serve(websocket, handle)

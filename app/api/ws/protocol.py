@@ -1,0 +1,156 @@
+"""What the WebSocket endpoints share: close codes, the close exception, frame parsing and sending.
+
+Every refusal ends in a close frame with a code and a reason, never a dropped socket. The code is
+``4000 + the HTTP status`` of the matching HTTP error and the reason starts with Wharf's error code,
+so ``4404 "40402 topic 'x' not found"`` means what ``404 {"error_code": 40402}`` means over HTTP:
+
+====  =================================================================================
+code  meaning
+====  =================================================================================
+1000  normal close (the client's, or the server's answer to it)
+1001  the broker is shutting down (1012 when uvicorn closes the socket itself)
+4400  bad request: a malformed or unknown frame, a bad parameter or tag filter, credit
+      over the limit, an ack without a group
+4401  not authenticated (reserved: the broker has no authentication yet)
+4404  unknown topic or queue
+4409  the topic's permission forbids reading (subscribe) or writing (produce)
+4421  this broker does not host the topic; the reason names brokers that do
+4500  unexpected fault; it is logged
+4503  the broker is starting or its store is closed
+====  =================================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from app.api.broker import Broker
+from app.api.errors import ApiError, ErrorCode, code_for
+from app.store import errors as store_errors
+from app.store.filter import FilterExpressionError
+
+log = logging.getLogger(__name__)
+
+NORMAL = 1000
+GOING_AWAY = 1001
+INTERNAL = 4500
+
+MAX_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes, 2 of them the code
+
+
+class WsClose(Exception):
+    """End the socket with this close code and reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"{code} {reason}")
+        self.code = code
+        self.reason = reason
+
+    @classmethod
+    def from_error(cls, code: ErrorCode, message: str) -> WsClose:
+        return cls(4000 + code.http_status, f"{int(code)} {message}")
+
+
+def bad_frame(message: str) -> WsClose:
+    return WsClose.from_error(ErrorCode.BAD_REQUEST, message)
+
+
+def truncate_reason(reason: str) -> str:
+    raw = reason.encode()
+    if len(raw) <= MAX_REASON_BYTES:
+        return reason
+    return raw[: MAX_REASON_BYTES - 3].decode(errors="ignore") + "..."
+
+
+def close_for(error: BaseException) -> WsClose:
+    """The close frame that answers an exception raised while serving a socket."""
+    if isinstance(error, WsClose):
+        return error
+    if isinstance(error, ApiError):
+        return WsClose.from_error(error.code, error.message)
+    if isinstance(error, store_errors.StoreError | FilterExpressionError):
+        code = code_for(error)
+        if code is ErrorCode.INTERNAL_ERROR:
+            log.error("store fault on a WebSocket", exc_info=error)
+        return WsClose.from_error(code, str(error))
+    log.error("unexpected fault on a WebSocket", exc_info=error)
+    return WsClose(INTERNAL, f"{int(ErrorCode.INTERNAL_ERROR)} internal error")
+
+
+def parse_frame(data: str | bytes) -> dict[str, Any]:
+    """A client frame: one JSON object, in a text or a binary frame."""
+    try:
+        frame = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise WsClose.from_error(ErrorCode.MALFORMED_BODY, "a frame is not valid JSON") from None
+    if not isinstance(frame, dict):
+        raise WsClose.from_error(ErrorCode.MALFORMED_BODY, "a frame must be a JSON object")
+    return frame
+
+
+def int_field(frame: dict[str, Any], name: str, minimum: int = 0) -> int:
+    value = frame.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise bad_frame(f"{frame.get('type')!r} frame needs {name!r}: an integer >= {minimum}")
+    return value
+
+
+async def receive_frame(websocket: WebSocket) -> dict[str, Any] | None:
+    """The next client frame, or None once the client has gone."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return None
+    data = message.get("text")
+    if data is None:
+        data = message.get("bytes") or b""
+    return parse_frame(data)
+
+
+class FrameSender:
+    """Serialised JSON sends: several tasks write to one socket, one frame at a time."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.websocket = websocket
+        self._lock = asyncio.Lock()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        # The send awaits the transport's drain, so a slow reader slows its writers down.
+        text = orjson.dumps(frame).decode()
+        async with self._lock:
+            await self.websocket.send_text(text)
+
+
+def broker_of(websocket: WebSocket) -> Broker:
+    broker: Broker | None = getattr(websocket.app.state, "broker", None)
+    if broker is None or not broker.store.is_open:
+        raise WsClose.from_error(ErrorCode.NOT_READY, "the broker is starting")
+    return broker
+
+
+async def serve(websocket: WebSocket, handler: Callable[[Broker], Awaitable[None]]) -> None:
+    """Accept, run ``handler`` and end with the close frame its outcome calls for.
+
+    The socket is accepted before anything is checked: a refusal before the handshake is a bare
+    HTTP 403, and a client could not tell an unknown topic from a bad filter.
+    """
+    await websocket.accept()
+    close = WsClose(NORMAL, "")
+    try:
+        await handler(broker_of(websocket))
+    except WebSocketDisconnect:
+        return
+    except Exception as exc:  # every failure becomes a close frame with a reason
+        close = close_for(exc)
+    if websocket.application_state is WebSocketState.CONNECTED and (
+        websocket.client_state is WebSocketState.CONNECTED
+    ):
+        # The client may have gone first.
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
+            await websocket.close(close.code, truncate_reason(close.reason))

@@ -1,0 +1,354 @@
+"""``GET /v1/ws/subscribe``: the broker pushes a topic's messages to a WebSocket, within credit.
+
+One reader task per assigned queue reads through the store and, when the queue has nothing new,
+waits in the pull hold service exactly as a long poll does, so an arrival wakes it and nothing
+polls. A reader sends only while the client's credit lasts (and, with a group, while fewer than
+``ws_max_unacked`` messages wait for an ack); with no credit it waits for a permit frame. The
+broker therefore holds at most one batch per queue for a socket, however slow the client is.
+
+Frames from the client: ``permit`` (grant credit), ``ack`` / ``nack`` (with a group) and
+``status``. Frames from the broker: ``assignment``, ``messages``, ``committed`` and ``status``.
+The README's "WebSocket" section is the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+
+from app.api.broker import Broker
+from app.api.codec import record_to_json
+from app.api.errors import ErrorCode
+from app.api.ws.cursor import QueueCursor
+from app.api.ws.members import GroupMembers
+from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
+from app.api.ws.protocol import (
+    GOING_AWAY,
+    FrameSender,
+    WsClose,
+    bad_frame,
+    int_field,
+    receive_frame,
+    serve,
+)
+from app.longpoll.hold import HoldOutcome
+from app.store import GetMessageStatus
+
+router = APIRouter()
+
+_WAIT_STATUSES = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE)
+_JUMP_STATUSES = (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY)
+
+
+def group_members(websocket: WebSocket, broker: Broker) -> GroupMembers:
+    """The app's registry of grouped subscribers, made on first use."""
+    state = websocket.app.state
+    members: GroupMembers | None = getattr(state, "ws_group_members", None)
+    if members is None:
+
+        def read_queues(topic: str) -> int:
+            config = broker.topics.get(topic)
+            return config.read_queue_nums if config is not None else 0
+
+        members = state.ws_group_members = GroupMembers(read_queues)
+    return members
+
+
+class Subscription:
+    """One subscribed socket: its credit, its queues and their reader tasks."""
+
+    def __init__(
+        self, websocket: WebSocket, broker: Broker, params: SubscribeParams, members: GroupMembers
+    ) -> None:
+        settings = broker.settings
+        self.websocket = websocket
+        self.broker = broker
+        self.params = params
+        self.members = members
+        self.member_id = members.next_id()
+        self.sender = FrameSender(websocket)
+        self.credit = params.credit
+        self.unacked = 0
+        self.cursors: dict[int, QueueCursor] = {}
+        self.max_credit = settings.ws_max_credit
+        self.batch = settings.ws_batch_messages
+        self.max_unacked = settings.ws_max_unacked if params.group is not None else None
+        self.hold_s = settings.ws_hold_ms / 1000
+        self._codes = params.tag_filter.codes if params.tag_filter is not None else None
+        self._changed = asyncio.Event()
+        self._failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._side_tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._grouped = params.group is not None and params.queues is None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        params = self.params
+        if self._grouped:
+            assert params.group is not None
+            self.members.join(params.group, params.topic, self)
+        else:
+            self.assign(params.queues if params.queues is not None else list(range(params.read_queues)))
+        receiver = asyncio.ensure_future(self._receive_loop())
+        try:
+            await asyncio.wait({receiver, self._failure}, return_when=asyncio.FIRST_COMPLETED)
+            if self._failure.done():
+                self._failure.result()
+            receiver.result()
+        finally:
+            self._closed = True
+            if self._grouped:
+                assert params.group is not None
+                self.members.leave(params.group, params.topic, self)
+            receiver.cancel()
+            tasks = [cursor.task for cursor in self.cursors.values() if cursor.task is not None]
+            tasks.extend(self._side_tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(receiver, *tasks, return_exceptions=True)
+            if not self._failure.done():
+                self._failure.cancel()
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._closed and not self._failure.done():
+            self._failure.set_exception(error)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._side_tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._fail(error)
+
+    def _spawn(self, coroutine: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _notify(self) -> None:
+        """Wake every reader waiting for credit, ack room or a redelivery."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- queue assignment (members.Member) -----------------------------------------------------------
+
+    def assign(self, queue_ids: list[int]) -> None:
+        """Read exactly ``queue_ids`` from now on; called at start and on every group rebalance."""
+        try:
+            wanted = set(queue_ids)
+            for queue_id in [queue_id for queue_id in self.cursors if queue_id not in wanted]:
+                cursor = self.cursors.pop(queue_id)
+                self.unacked -= len(cursor.inflight)
+                if cursor.task is not None:
+                    cursor.task.cancel()
+            started = []
+            for queue_id in sorted(wanted.difference(self.cursors)):
+                offset = start_offset(self.broker, self.params, queue_id)
+                cursor = self.cursors[queue_id] = QueueCursor(queue_id, offset, offset)
+                started.append(cursor)
+            frame = {
+                "type": "assignment",
+                "topic": self.params.topic,
+                "group": self.params.group,
+                "queues": [
+                    {"queue_id": queue_id, "offset": self.cursors[queue_id].offset}
+                    for queue_id in sorted(self.cursors)
+                ],
+            }
+            self._side_tasks.add(self._spawn(self._announce(frame, started)))
+            self._notify()
+        except Exception as exc:  # a rebalance started by another socket must not fail there
+            self._fail(exc)
+
+    async def _announce(self, frame: dict[str, Any], started: list[QueueCursor]) -> None:
+        """Send the assignment, then start reading the new queues: no message precedes its queue's
+        announcement."""
+        await self.sender.send(frame)
+        for cursor in started:
+            if self.cursors.get(cursor.queue_id) is cursor:  # not revoked in the meantime
+                cursor.task = self._spawn(self._read(cursor))
+
+    # -- client frames ---------------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        while True:
+            frame = await receive_frame(self.websocket)
+            if frame is None:
+                return
+            kind = frame.get("type")
+            if kind == "permit":
+                self._permit(int_field(frame, "n", minimum=1))
+            elif kind == "ack":
+                await self._ack(frame)
+            elif kind == "nack":
+                self._nack(frame)
+            elif kind == "status":
+                await self.sender.send(self.status())
+            else:
+                raise bad_frame(f"unknown frame type {kind!r}: expected permit, ack, nack or status")
+
+    def _permit(self, n: int) -> None:
+        if self.credit + n > self.max_credit:
+            raise WsClose.from_error(
+                ErrorCode.INVALID_PARAMETER,
+                f"credit would be {self.credit + n}, the limit is {self.max_credit}",
+            )
+        self.credit += n
+        self._notify()
+
+    def _acknowledged(self, frame: dict[str, Any]) -> tuple[QueueCursor | None, list[int]]:
+        if self.params.group is None:
+            raise bad_frame(f"{frame.get('type')} needs a group: subscribe with ?group=")
+        queue_id = int_field(frame, "queue_id")
+        if "offsets" in frame:
+            offsets = frame["offsets"]
+            if not isinstance(offsets, list) or not all(
+                isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0 for offset in offsets
+            ):
+                raise bad_frame(f"{frame.get('type')} 'offsets' must be a list of integers >= 0")
+        else:
+            offsets = [int_field(frame, "offset")]
+        # A queue this socket no longer reads was handed to another member: its acks are void.
+        return self.cursors.get(queue_id), offsets
+
+    async def _ack(self, frame: dict[str, Any]) -> None:
+        cursor, offsets = self._acknowledged(frame)
+        if cursor is None:
+            return
+        acked = sum(1 for offset in offsets if cursor.ack(offset))
+        if not acked:
+            return
+        self.unacked -= acked
+        self._notify()
+        committed = cursor.advance_commit()
+        if committed is not None:
+            assert self.params.group is not None
+            self.broker.commit_offset(self.params.group, self.params.topic, cursor.queue_id, committed)
+            await self.sender.send({"type": "committed", "queue_id": cursor.queue_id, "offset": committed})
+
+    def _nack(self, frame: dict[str, Any]) -> None:
+        cursor, offsets = self._acknowledged(frame)
+        if cursor is not None and any([cursor.nack(offset) for offset in offsets]):
+            self._notify()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "type": "status",
+            "credit": self.credit,
+            "unacked": self.unacked,
+            "queues": [
+                {
+                    "queue_id": cursor.queue_id,
+                    "offset": cursor.offset,
+                    "committed": cursor.committed if self.params.group is not None else None,
+                    "inflight": len(cursor.inflight),
+                }
+                for cursor in sorted(self.cursors.values(), key=lambda cursor: cursor.queue_id)
+            ],
+        }
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _room(self) -> int:
+        """How many new messages may be sent now."""
+        room = min(self.credit, self.batch)
+        if self.max_unacked is not None:
+            room = min(room, self.max_unacked - self.unacked)
+        return room
+
+    async def _read(self, cursor: QueueCursor) -> None:
+        store = self.broker.store
+        topic, queue_id, tag_filter = self.params.topic, cursor.queue_id, self.params.tag_filter
+        while True:
+            if cursor.redeliver:
+                if self.credit > 0:
+                    await self._redeliver(cursor)
+                else:
+                    await self._changed.wait()
+                continue
+            cursor.kick.clear()
+            room = self._room()
+            if room <= 0:
+                await self._changed.wait()
+                continue
+            result = store.get_message(topic, queue_id, cursor.offset, room, tag_filter)
+            status = result.status
+            if status is GetMessageStatus.FOUND:
+                # Everything up to the send happens without a pause, so two readers cannot both
+                # spend the same credit.
+                messages = [record_to_json(record) for record in result.records]
+                cursor.offset = result.next_offset
+                self.credit -= len(messages)
+                if self.max_unacked is not None:
+                    cursor.delivered(result.queue_offsets)
+                    self.unacked += len(messages)
+                await self.sender.send(
+                    {"type": "messages", "topic": topic, "queue_id": queue_id, "messages": messages}
+                )
+            elif status is GetMessageStatus.NO_MATCHED_MESSAGE:
+                cursor.offset = result.next_offset
+                if cursor.offset < result.max_offset:
+                    await asyncio.sleep(0)  # a long run of filtered-out messages: let others in
+                else:
+                    await self._hold(cursor, cursor.offset)
+            elif status in _JUMP_STATUSES:
+                cursor.offset = result.next_offset
+            elif status in _WAIT_STATUSES:
+                # An empty queue wakes its readers with its first message, whatever their offset.
+                empty = status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
+                await self._hold(cursor, 0 if empty else cursor.offset)
+            else:  # pragma: no cover - every status is handled above
+                raise AssertionError(f"unexpected read status {status}")
+
+    async def _hold(self, cursor: QueueCursor, offset: int) -> None:
+        """Wait in the hold service until a message arrives, a redelivery is asked or time is up."""
+        holds = self.broker.holds
+        hold = asyncio.ensure_future(
+            holds.hold(self.params.topic, cursor.queue_id, offset, self._codes, self.hold_s)
+        )
+        kick = asyncio.ensure_future(cursor.kick.wait())
+        try:
+            await asyncio.wait({hold, kick}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Cancelling is enough: the hold's own clean-up unregisters it.
+            hold.cancel()
+            kick.cancel()
+        if hold.done() and not hold.cancelled() and hold.result() is HoldOutcome.SHUTDOWN:
+            raise WsClose(GOING_AWAY, "the broker is shutting down")
+
+    async def _redeliver(self, cursor: QueueCursor) -> None:
+        """Send a negatively acknowledged message again, counting the nacks in reconsume_times."""
+        offset = cursor.redeliver.popleft()
+        if offset not in cursor.inflight:
+            return  # acknowledged after all
+        result = self.broker.store.get_message(self.params.topic, cursor.queue_id, offset, 1, None)
+        if result.status is not GetMessageStatus.FOUND or result.queue_offsets[0] != offset:
+            # Gone from the store (retention): there is nothing left to deliver.
+            cursor.ack(offset)
+            self.unacked -= 1
+            self._notify()
+            return
+        message = record_to_json(result.records[0])
+        message["reconsume_times"] += cursor.nacks.get(offset, 0)
+        self.credit -= 1
+        await self.sender.send(
+            {
+                "type": "messages",
+                "topic": self.params.topic,
+                "queue_id": cursor.queue_id,
+                "messages": [message],
+            }
+        )
+
+
+@router.websocket("/subscribe")
+async def subscribe(websocket: WebSocket) -> None:
+    """Push a topic's messages to this socket within the credit the client grants."""
+
+    async def handle(broker: Broker) -> None:
+        params = await parse_subscribe(websocket.query_params, broker)
+        await Subscription(websocket, broker, params, group_members(websocket, broker)).run()
+
+    await serve(websocket, handle)

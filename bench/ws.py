@@ -1,0 +1,266 @@
+"""WebSocket benchmark: messages pushed to subscribers, and pipelined WebSocket produce.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.ws [--quick] [--json out.json] [--only push,fanout,produce]
+
+A real broker process (``python -m app``, uvicorn, real sockets, ASYNC flush) and the clients share
+this machine, so every figure includes the client's own work (JSON decoding, credit frames). Bodies
+are 128 bytes.
+
+* ``push``: one subscriber drains a stored backlog of one topic (4 queues) from ``from=first``,
+  granting credit back in blocks of half its window; messages/s from its first to its last message.
+  Baseline: the same backlog read by HTTP pulls (32 messages per request, queue by queue).
+* ``fanout``: 100 concurrent subscribers, each reading the whole backlog of a smaller topic;
+  messages/s summed over all of them.
+* ``produce``: one WebSocket producer sending frames without waiting, at most ``window`` unanswered;
+  acknowledged messages/s. Baseline: one HTTP POST per message over a kept-alive connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+from websockets.asyncio.client import connect
+
+from bench.common import RESULTS_DIR, Result, print_table, write_json
+from tests.api.server import BrokerProcess
+
+SECTIONS = ("push", "fanout", "produce")
+BODY = "x" * 128
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    repeats: int
+    push_messages: int
+    fanout_subscribers: int
+    fanout_messages: int
+    produce_messages: int
+    http_produce_messages: int
+    credit_window: int
+    produce_window: int
+
+
+FULL = Plan(3, 100_000, 100, 2_000, 50_000, 5_000, 2_000, 1_000)
+QUICK = Plan(1, 20_000, 100, 500, 10_000, 1_000, 2_000, 1_000)
+
+
+def fill(client: httpx.Client, topic: str, count: int, queues: int = 4) -> None:
+    client.post("/v1/topics", json={"name": topic, "queues": queues}).raise_for_status()
+    for start in range(0, count, 1_000):
+        batch = [{"body": BODY} for _ in range(min(1_000, count - start))]
+        client.post(f"/v1/topics/{topic}/messages", json={"messages": batch}).raise_for_status()
+
+
+async def drain(base: str, topic: str, count: int, window: int) -> float:
+    """Read ``count`` messages from the start of ``topic``; seconds from the first to the last."""
+    url = f"{base}/v1/ws/subscribe?topic={topic}&from=first&credit={window}"
+    received = 0
+    owed = 0
+    started = 0.0
+    async with connect(url, max_size=None) as socket:
+        while received < count:
+            frame = orjson.loads(await socket.recv())
+            if frame["type"] != "messages":
+                continue
+            if not received:
+                started = time.perf_counter()
+            got = len(frame["messages"])
+            received += got
+            owed += got
+            if owed >= window // 2:
+                await socket.send(orjson.dumps({"type": "permit", "n": owed}).decode())
+                owed = 0
+    return time.perf_counter() - started
+
+
+def http_drain(url: str, topic: str, count: int, queues: int = 4) -> float:
+    with httpx.Client(base_url=url, timeout=30) as client, _Stopwatch() as watch:
+        received = 0
+        for queue_id in range(queues):
+            offset = 0
+            while True:
+                answer = client.get(
+                    f"/v1/topics/{topic}/queues/{queue_id}/messages",
+                    params={"offset": offset, "max_messages": 32},
+                ).json()
+                if not answer["messages"]:
+                    break
+                received += len(answer["messages"])
+                offset = answer["next_offset"]
+    assert received == count, (received, count)
+    return watch.seconds
+
+
+async def ws_produce(base: str, topic: str, count: int, window: int) -> float:
+    url = f"{base}/v1/ws/produce?topic={topic}"
+    async with connect(url, max_size=None) as socket:
+        room = asyncio.Semaphore(window)
+        answered = 0
+
+        async def read_results() -> None:
+            nonlocal answered
+            while answered < count:
+                frame = orjson.loads(await socket.recv())
+                for result in frame["results"]:
+                    assert result.get("status") == "SEND_OK", result
+                    room.release()
+                answered += len(frame["results"])
+
+        started = time.perf_counter()
+        reader = asyncio.ensure_future(read_results())
+        for number in range(count):
+            await room.acquire()
+            await socket.send(orjson.dumps({"id": number, "body": BODY}).decode())
+        await reader
+        return time.perf_counter() - started
+
+
+def http_produce(url: str, topic: str, count: int) -> float:
+    with httpx.Client(base_url=url, timeout=30) as client, _Stopwatch() as watch:
+        for _ in range(count):
+            client.post(f"/v1/topics/{topic}/messages", json={"body": BODY}).raise_for_status()
+    return watch.seconds
+
+
+class _Stopwatch:
+    def __enter__(self) -> _Stopwatch:
+        self._start = time.perf_counter()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.seconds = time.perf_counter() - self._start
+
+
+class Bench:
+    def __init__(self, plan: Plan, broker: BrokerProcess) -> None:
+        self.plan = plan
+        self.url = broker.url
+        self.base = broker.url.replace("http://", "ws://", 1)
+        self.client = httpx.Client(base_url=broker.url, timeout=60)
+        self.topics = 0
+
+    def topic(self, prefix: str) -> str:
+        self.topics += 1
+        return f"{prefix}-{self.topics}"
+
+    def push(self) -> list[Result]:
+        plan = self.plan
+        topic = self.topic("push")
+        fill(self.client, topic, plan.push_messages)
+        ws_rates, http_rates = [], []
+        for _ in range(plan.repeats):
+            seconds = asyncio.run(drain(self.base, topic, plan.push_messages, plan.credit_window))
+            ws_rates.append(plan.push_messages / seconds)
+            http_rates.append(plan.push_messages / http_drain(self.url, topic, plan.push_messages))
+        baseline = Result("HTTP pull, 32 per request", "msgs/s", http_rates, alias="http-pull")
+        pushed = Result(
+            "WebSocket push, 1 subscriber",
+            "msgs/s",
+            ws_rates,
+            note=f"{plan.push_messages:,} stored messages, credit window {plan.credit_window}",
+        ).against(baseline)
+        return [baseline, pushed]
+
+    def fanout(self) -> list[Result]:
+        plan = self.plan
+        topic = self.topic("fanout")
+        fill(self.client, topic, plan.fanout_messages)
+
+        async def all_subscribers() -> float:
+            started = time.perf_counter()
+            await asyncio.gather(
+                *(
+                    drain(self.base, topic, plan.fanout_messages, plan.credit_window)
+                    for _ in range(plan.fanout_subscribers)
+                )
+            )
+            return time.perf_counter() - started
+
+        total = plan.fanout_subscribers * plan.fanout_messages
+        rates = [total / asyncio.run(all_subscribers()) for _ in range(plan.repeats)]
+        return [
+            Result(
+                f"WebSocket push, {plan.fanout_subscribers} subscribers",
+                "msgs/s",
+                rates,
+                note=f"each reads the same {plan.fanout_messages:,} messages; rate summed, connect included",
+            )
+        ]
+
+    def produce(self) -> list[Result]:
+        plan = self.plan
+        http_rates, ws_rates = [], []
+        for _ in range(plan.repeats):
+            topic = self.topic("produce-http")
+            http_rates.append(
+                plan.http_produce_messages / http_produce(self.url, topic, plan.http_produce_messages)
+            )
+            topic = self.topic("produce-ws")
+            seconds = asyncio.run(ws_produce(self.base, topic, plan.produce_messages, plan.produce_window))
+            ws_rates.append(plan.produce_messages / seconds)
+        baseline = Result("HTTP POST, 1 message per request", "msgs/s", http_rates, alias="http-post")
+        pipelined = Result(
+            "WebSocket produce, pipelined",
+            "msgs/s",
+            ws_rates,
+            note=f"at most {plan.produce_window} unanswered frames, 1 message per frame",
+        ).against(baseline)
+        return [baseline, pipelined]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller counts, one repeat")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS_DIR / "ws.json", help="where to write the report"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    sections = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        print(f"unknown sections {unknown}; choose from {SECTIONS}", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="ws-bench-", dir=Path(__file__).resolve().parent))
+    broker = BrokerProcess(root / "store", flush_mode="ASYNC", commitlog_file_size=256 * 1024 * 1024)
+    results: list[Result] = []
+    started = time.perf_counter()
+    try:
+        broker.start()
+        bench = Bench(plan, broker)
+        for name in sections:
+            section = getattr(bench, name)()
+            print_table(section, name)
+            results += section
+    finally:
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    command = " ".join([".venv/bin/python -m bench.ws", *(argv if argv is not None else sys.argv[1:])])
+    settings = {"plan": asdict(plan), "sections": sections, "elapsed_s": round(elapsed, 1)}
+    write_json(args.json, "ws", command, results, settings)
+    print(f"\ntotal {elapsed:.0f} s; wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

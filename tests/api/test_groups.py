@@ -1,0 +1,91 @@
+"""Consumer groups: commit, read back with lag, pull from the committed offset, start policies."""
+
+from __future__ import annotations
+
+import httpx
+
+from app.api.errors import ErrorCode
+from tests.api.test_errors import assert_error
+
+
+def produce(client: httpx.Client, topic: str, queue_id: int, count: int) -> None:
+    messages = [{"body": f"m{i}", "queue_id": queue_id} for i in range(count)]
+    assert client.post(f"/v1/topics/{topic}/messages", json={"messages": messages}).status_code == 200
+
+
+def test_commit_and_read_back_with_lag(client: httpx.Client, topic: str) -> None:
+    produce(client, topic, 0, 10)
+    produce(client, topic, 1, 4)
+    response = client.put(
+        "/v1/groups/billing/offsets",
+        json={
+            "offsets": [
+                {"topic": topic, "queue_id": 0, "offset": 7},
+                {"topic": topic, "queue_id": 1, "offset": 4},
+            ]
+        },
+    )
+    assert response.status_code == 200, response.text
+    rows = {
+        row["queue_id"]: row
+        for row in client.get("/v1/groups/billing/offsets", params={"topic": topic}).json()["offsets"]
+    }
+    assert (rows[0]["committed_offset"], rows[0]["max_offset"], rows[0]["lag"]) == (7, 10, 3)
+    assert (rows[1]["committed_offset"], rows[1]["lag"]) == (4, 0)
+    assert rows[2]["committed_offset"] is None and rows[2]["lag"] == 0
+    assert topic in next(
+        g["topics"] for g in client.get("/v1/groups").json()["groups"] if g["group"] == "billing"
+    )
+
+
+def test_pull_with_a_group_starts_at_its_committed_offset(client: httpx.Client, topic: str) -> None:
+    produce(client, topic, 2, 6)
+    client.put("/v1/groups/resume/offsets", json={"offsets": [{"topic": topic, "queue_id": 2, "offset": 4}]})
+    answer = client.get(f"/v1/topics/{topic}/queues/2/messages", params={"group": "resume"}).json()
+    assert [m["body"] for m in answer["messages"]] == ["m4", "m5"]
+
+
+def test_piggybacked_commit(client: httpx.Client, topic: str) -> None:
+    produce(client, topic, 3, 5)
+    answer = client.get(
+        f"/v1/topics/{topic}/queues/3/messages", params={"group": "piggy", "commit_offset": 2}
+    ).json()
+    assert [m["body"] for m in answer["messages"]] == ["m2", "m3", "m4"]
+    rows = client.get("/v1/groups/piggy/offsets", params={"topic": topic}).json()["offsets"]
+    assert rows[3]["committed_offset"] == 2
+
+
+def test_new_group_start_policies(client: httpx.Client, topic: str) -> None:
+    produce(client, topic, 0, 3)
+    first = client.get(
+        f"/v1/topics/{topic}/queues/0/messages", params={"group": "new-a", "from": "first"}
+    ).json()
+    assert [m["body"] for m in first["messages"]] == ["m0", "m1", "m2"]
+    store_time = first["messages"][1]["store_timestamp"]
+    at_time = client.get(
+        f"/v1/topics/{topic}/queues/0/messages", params={"group": "new-b", "from": str(store_time)}
+    ).json()
+    assert at_time["messages"][0]["store_timestamp"] >= store_time
+    assert_error(
+        client.get(f"/v1/topics/{topic}/queues/0/messages", params={"group": "new-c", "from": "yesterday"}),
+        ErrorCode.INVALID_PARAMETER,
+    )
+
+
+def test_offset_errors(client: httpx.Client, topic: str) -> None:
+    assert_error(client.get("/v1/groups/nobody/offsets"), ErrorCode.GROUP_NOT_FOUND)
+    assert_error(
+        client.put("/v1/groups/g/offsets", json={"offsets": [{"topic": topic, "queue_id": 9, "offset": 1}]}),
+        ErrorCode.QUEUE_NOT_FOUND,
+    )
+    assert_error(
+        client.put(
+            "/v1/groups/g/offsets", json={"offsets": [{"topic": "no-such", "queue_id": 0, "offset": 1}]}
+        ),
+        ErrorCode.TOPIC_NOT_FOUND,
+    )
+    assert_error(
+        client.put("/v1/groups/g/offsets", json={"offsets": [{"topic": topic, "queue_id": 0, "offset": -1}]}),
+        ErrorCode.VALIDATION_FAILED,
+    )
+    assert_error(client.put("/v1/groups/bad name/offsets", json={"offsets": []}), ErrorCode.VALIDATION_FAILED)

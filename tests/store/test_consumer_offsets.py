@@ -1,0 +1,304 @@
+"""Consumer offsets (SPEC 4): the offset table, queryConsumerOffset's rules (seed 002), the start
+policies of a new group, and a JSON file that survives SIGKILL whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.store import MessageStore, StoreConfigError
+from app.store.consumer_offsets import (
+    NOT_FOUND,
+    ConsumeFromWhere,
+    ConsumerOffsetManager,
+    OffsetEntry,
+    OffsetPersistService,
+)
+from tests.store.conftest import TINY_COMMITLOG_FILE_SIZE, StoreFactory, message
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+class FakeQueues:
+    """A queue with chosen min and max offsets, a time index and an in-memory flag."""
+
+    def __init__(self, min_offset: int = 0, max_offset: int = 100, in_disk: bool = False) -> None:
+        self.min = min_offset
+        self.max = max_offset
+        self.in_disk = in_disk
+        self.searched: list[int] = []
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.min
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.max
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        self.searched.append(timestamp_ms)
+        return 42
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        return self.in_disk
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "config" / "consumerOffset.json"
+
+
+def manager_with(path: Path, queues: FakeQueues | None = None) -> ConsumerOffsetManager:
+    return ConsumerOffsetManager(path, queues if queues is not None else FakeQueues())
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+
+def test_a_group_without_a_commit_has_no_offset(path: Path) -> None:
+    assert manager_with(path).query("billing", "orders", 0) == NOT_FOUND == -1
+
+
+def test_offsets_are_kept_per_group_topic_and_queue(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 10)
+    manager.commit("billing", "orders", 1, 11)
+    manager.commit("audit", "orders", 0, 20)
+    manager.commit("billing", "payments", 0, 30)
+    assert manager.query("billing", "orders", 0) == 10
+    assert manager.query("billing", "orders", 1) == 11
+    assert manager.query("audit", "orders", 0) == 20
+    assert manager.query("billing", "payments", 0) == 30
+    assert manager.query("audit", "orders", 1) == NOT_FOUND
+    assert manager.offsets("billing", "orders") == {0: 10, 1: 11}
+
+
+def test_a_commit_may_move_an_offset_back(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 10)
+    manager.commit("billing", "orders", 0, 4)  # a reset
+    assert manager.query("billing", "orders", 0) == 4
+
+
+def test_an_offset_below_the_queues_min_is_raised_on_read(path: Path) -> None:
+    queues = FakeQueues(min_offset=50)
+    manager = manager_with(path, queues)
+    manager.commit("billing", "orders", 0, 10)
+    assert manager.query("billing", "orders", 0) == 50
+    assert manager.committed("billing", "orders", 0) == 10  # the table keeps what was committed
+    queues.min = 5
+    assert manager.query("billing", "orders", 0) == 10
+
+
+def test_listing_and_removing(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 1, 5)
+    manager.commit("billing", "orders", 0, 4)
+    manager.commit("audit", "orders", 0, 3)
+    manager.commit("billing", "payments", 0, 2)
+    assert manager.all() == [
+        OffsetEntry("audit", "orders", 0, 3),
+        OffsetEntry("billing", "orders", 0, 4),
+        OffsetEntry("billing", "orders", 1, 5),
+        OffsetEntry("billing", "payments", 0, 2),
+    ]
+    assert manager.groups_of_topic("orders") == {"audit", "billing"}
+    assert manager.topics_of_group("billing") == {"orders", "payments"}
+    assert manager.remove("billing", "orders") == 2
+    assert manager.remove("billing") == 1
+    assert manager.remove("nobody") == 0
+    assert manager.all() == [OffsetEntry("audit", "orders", 0, 3)]
+
+
+# -- queryConsumerOffset and the start policies -------------------------------------------------------
+
+
+def test_query_consumer_offset_answers_0_for_a_young_queue_and_not_found_otherwise(path: Path) -> None:
+    queues = FakeQueues(min_offset=0, in_disk=False)
+    manager = manager_with(path, queues)
+    assert manager.query_consumer_offset("billing", "orders", 0) == 0  # first message still in memory
+    queues.in_disk = True
+    assert manager.query_consumer_offset("billing", "orders", 0) == NOT_FOUND
+    queues.in_disk, queues.min = False, 7
+    assert manager.query_consumer_offset("billing", "orders", 0) == NOT_FOUND  # retention took the start
+    manager.commit("billing", "orders", 0, 9)
+    assert manager.query_consumer_offset("billing", "orders", 0) == 9
+
+
+@pytest.mark.parametrize(
+    ("topic", "policy", "expected"),
+    [
+        ("orders", ConsumeFromWhere.LAST_OFFSET, 100),
+        ("orders", ConsumeFromWhere.FIRST_OFFSET, 7),
+        ("orders", ConsumeFromWhere.TIMESTAMP, 42),
+        ("%RETRY%billing", ConsumeFromWhere.LAST_OFFSET, 7),
+        ("%RETRY%billing", ConsumeFromWhere.FIRST_OFFSET, 7),
+        ("%RETRY%billing", ConsumeFromWhere.TIMESTAMP, 100),
+    ],
+)
+def test_a_new_group_starts_where_its_policy_says(
+    path: Path, topic: str, policy: ConsumeFromWhere, expected: int
+) -> None:
+    queues = FakeQueues(min_offset=7, max_offset=100, in_disk=True)
+    manager = manager_with(path, queues)
+    assert manager.start_offset("billing", topic, 0, policy, timestamp_ms=1_234) == expected
+    assert queues.searched == ([1_234] if expected == 42 else [])
+
+
+def test_a_committed_offset_wins_over_every_policy(path: Path) -> None:
+    manager = manager_with(path, FakeQueues(min_offset=7, max_offset=100, in_disk=True))
+    manager.commit("billing", "orders", 0, 33)
+    for policy in ConsumeFromWhere:
+        assert manager.start_offset("billing", "orders", 0, policy, timestamp_ms=1) == 33
+
+
+def test_a_young_queue_is_read_from_its_start_whatever_the_policy(path: Path) -> None:
+    # RocketMQ's broker answers 0 for a queue whose first message is still in memory, so even a
+    # CONSUME_FROM_LAST_OFFSET group starts at the beginning of a new queue.
+    manager = manager_with(path, FakeQueues(min_offset=0, max_offset=100, in_disk=False))
+    assert manager.start_offset("billing", "orders", 0, ConsumeFromWhere.LAST_OFFSET) == 0
+
+
+def test_the_timestamp_policy_needs_a_timestamp(path: Path) -> None:
+    manager = manager_with(path, FakeQueues(in_disk=True))
+    with pytest.raises(ValueError, match="timestamp"):
+        manager.start_offset("billing", "orders", 0, ConsumeFromWhere.TIMESTAMP)
+
+
+# -- the file ---------------------------------------------------------------------------------------
+
+
+def test_the_table_is_written_as_rocketmqs_json_and_read_back(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 12)
+    manager.commit("billing", "orders", 1, 7)
+    manager.commit("audit", "payments", 3, 1)
+    assert manager.persist()
+    assert json.loads(path.read_text()) == {
+        "offsetTable": {"orders@billing": {"0": 12, "1": 7}, "payments@audit": {"3": 1}}
+    }
+    again = manager_with(path)
+    again.load()
+    assert again.all() == manager.all()
+
+
+def test_an_unchanged_table_is_not_written_again(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 1)
+    assert manager.persist(only_if_changed=True)
+    assert not manager.persist(only_if_changed=True)
+    manager.commit("billing", "orders", 0, 2)
+    assert manager.persist(only_if_changed=True)
+    assert manager.persist()  # a forced write always writes
+
+
+def test_the_persist_service_writes_changes_each_pass(path: Path) -> None:
+    manager = manager_with(path)
+    service = OffsetPersistService(manager, interval_ms=5_000)
+    service.run_once()
+    assert not path.exists()  # nothing to write yet
+    manager.commit("billing", "orders", 0, 3)
+    service.run_once()
+    assert json.loads(path.read_text())["offsetTable"] == {"orders@billing": {"0": 3}}
+
+
+def test_a_file_that_is_not_an_offset_table_is_refused(path: Path) -> None:
+    path.parent.mkdir(parents=True)
+    for content in ("{", '{"offsetTable": {"orders@billing": {"zero": 1}}}', "[]"):
+        path.write_text(content)
+        with pytest.raises(StoreConfigError, match="consumer offset table"):
+            manager_with(path).load()
+
+
+def test_a_temporary_file_left_by_a_crash_is_ignored(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 5)
+    manager.persist()
+    (path.parent / f".{path.name}.tmp").write_text('{"offsetTable": {"orders@billing": {"0"')
+    again = manager_with(path)
+    again.load()
+    assert again.query("billing", "orders", 0) == 5
+
+
+# -- in the store -----------------------------------------------------------------------------------
+
+
+def test_the_store_persists_offsets_at_close_and_loads_them_at_open(make_store: StoreFactory) -> None:
+    store = make_store(consumer_offset_persist_interval_ms=3_600_000)
+    store.append([message()])
+    store.consumer_offsets.commit("billing", "orders", 0, 1)
+    store.close()
+    assert store.config.consumer_offset_path == store.config.store_dir / "config" / "consumerOffset.json"
+    store = make_store()
+    assert store.consumer_offsets.query("billing", "orders", 0) == 1
+
+
+def test_offsets_are_clamped_to_what_retention_left(make_store: StoreFactory) -> None:
+    store = make_store()
+    results = store.append([message(body=bytes([i]) * 400) for i in range(20)])
+    store.consumer_offsets.commit("billing", "orders", 0, 2)
+    store.close()
+    (store.config.commitlog_dir / "0".zfill(20)).unlink()  # retention took the first segment
+    store = make_store()
+    first_kept = next(r.queue_offset for r in results if r.physical_offset >= TINY_COMMITLOG_FILE_SIZE)
+    assert store.consumer_offsets.query("billing", "orders", 0) == first_kept
+
+
+def test_the_store_answers_whether_a_message_is_out_of_memory(make_store: StoreFactory) -> None:
+    store: MessageStore = make_store()
+    store.append([message(body=b"x" * 1000) for _ in range(3)])
+    assert not store.check_in_disk_by_consume_offset("orders", 0, 0)  # memory is far bigger
+    store.in_memory_bytes = 1500
+    assert store.check_in_disk_by_consume_offset("orders", 0, 0)  # two records come after it
+    assert not store.check_in_disk_by_consume_offset("orders", 0, 2)
+    assert not store.check_in_disk_by_consume_offset("orders", 0, 3)  # no such message
+    assert store.consumer_offsets.start_offset("billing", "orders", 0) == 3  # last offset
+    store.in_memory_bytes = 1 << 40
+    assert store.consumer_offsets.start_offset("billing", "orders", 0) == 0  # young queue: from 0
+
+
+# -- crash safety -----------------------------------------------------------------------------------
+
+
+def table_offsets(path: Path) -> set[int]:
+    """Every offset in the file, which must parse as a whole table."""
+    document = json.loads(path.read_text())
+    return {offset for queues in document["offsetTable"].values() for offset in queues.values()}
+
+
+@pytest.mark.crash
+def test_offsets_survive_sigkill_whole_at_the_last_persisted_value(path: Path) -> None:
+    rng = random.Random(7)
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    for _round in range(5):
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.store.offsets_child", str(path)],
+            cwd=REPOSITORY,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stderr is not None
+        lines: list[str] = []
+        try:
+            for _ in range(rng.randint(3, 40)):
+                line = child.stdout.readline()
+                if not line:
+                    pytest.fail(f"the child died: {child.stderr.read()}")
+                lines.append(line)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            rest, _ = child.communicate(timeout=10)
+        assert child.returncode == -signal.SIGKILL
+        # Each line was printed after its write returned; a cut line at the very end counts not.
+        printed = [int(line) for line in (*lines, *rest.splitlines(keepends=True)) if line.endswith("\n")]
+        offsets = table_offsets(path)
+        assert len(offsets) == 1, f"a mix of two writes: {sorted(offsets)}"
+        assert offsets.pop() in (printed[-1], printed[-1] + 1)

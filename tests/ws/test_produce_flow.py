@@ -1,0 +1,67 @@
+"""A producer that does not read its results meets back-pressure, not a growing buffer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+
+from app.api.codec import IncomingMessage
+from app.api.ws.produce import ProduceSession
+
+
+class EndlessProducer:
+    """A client that sends frames as fast as they are read and reads its results only when let."""
+
+    def __init__(self) -> None:
+        self.frames_read = 0
+        self.reading_results = asyncio.Event()
+        self.results: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        self.frames_read += 1
+        return {
+            "type": "websocket.receive",
+            "text": orjson.dumps({"id": self.frames_read, "body": "x"}).decode(),
+        }
+
+    async def send_text(self, text: str) -> None:
+        await self.reading_results.wait()
+        self.results.extend(orjson.loads(text)["results"])
+
+
+class CountingBroker:
+    def __init__(self, max_pending: int) -> None:
+        self.settings = SimpleNamespace(ws_produce_max_pending=max_pending)
+        self.batches: list[int] = []
+
+    async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
+        self.batches.append(len(batch))
+        return [{"status": "SEND_OK"} for _ in batch]
+
+
+async def settle() -> None:
+    """Run every task that can run (the session never sleeps, so this ends)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+def test_reading_stops_at_the_pending_limit_until_results_are_taken() -> None:
+    async def scenario() -> None:
+        client, broker = EndlessProducer(), CountingBroker(max_pending=5)
+        session = ProduceSession(client, broker, "t")  # type: ignore[arg-type]
+        task = asyncio.ensure_future(session.run())
+        await settle()
+        assert client.frames_read == 5  # the first batch's results cannot be delivered
+        assert broker.batches == [5]
+        client.reading_results.set()
+        await settle()
+        assert client.frames_read > 5
+        assert [result["id"] for result in client.results] == list(range(1, len(client.results) + 1))
+        assert max(broker.batches) <= 5
+        task.cancel()
+
+    asyncio.run(scenario())
