@@ -22,14 +22,6 @@ import httpx
 
 from app.api.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE
 
-# Pull statuses (app.store.GetMessageStatus values) as the X-Wharf-Status header carries them.
-FOUND = "FOUND"
-NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-
 # Error codes of the envelope this module tells apart.
 TOPIC_NOT_FOUND = 40402
 

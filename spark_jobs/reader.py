@@ -33,7 +33,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from app.store.filter import FilterExpressionError, TagFilter
-from spark_jobs import client as wire
+from app.store.results import GetMessageStatus
 from spark_jobs.client import BrokerClient, DataLossError, PullPage, WharfSourceError
 from spark_jobs.options import OptionError, ReadOptions
 from spark_jobs.planning import OffsetRange, discover, plan_ranges, resolve_ends, resolve_starts
@@ -62,7 +62,7 @@ def read_range(
     builder = BatchBuilder(schema, piece.broker)
     until = piece.until_offset
     for offset, page in _pages(piece, options, tags):
-        if page.status == wire.FOUND:
+        if page.status == GetMessageStatus.FOUND:
             expected = offset
             for record in decode_records(page.records):
                 if record.queue_offset >= until:
@@ -74,10 +74,10 @@ def read_range(
                     builder.add(record)
             if tags is None and expected < min(page.next_offset, until):
                 _lost(piece, options, expected, min(page.next_offset, until))
-        elif page.status == wire.NO_MATCHED_MESSAGE:
+        elif page.status == GetMessageStatus.NO_MATCHED_MESSAGE:
             if tags is None:
                 _lost(piece, options, offset, min(page.next_offset, until))
-        elif page.status == wire.OFFSET_TOO_SMALL:
+        elif page.status == GetMessageStatus.OFFSET_TOO_SMALL:
             _lost(piece, options, offset, min(page.min_offset, until))
         else:
             # The queue now ends before the range does: truncated or deleted since planning.
@@ -88,9 +88,9 @@ def read_range(
 
 def _next_offset(page: PullPage, offset: int) -> int | None:
     """Where the read goes on after ``page``; None when the queue has nothing more for it."""
-    if page.status in (wire.FOUND, wire.NO_MATCHED_MESSAGE):
+    if page.status in (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE):
         return page.next_offset
-    if page.status == wire.OFFSET_TOO_SMALL:
+    if page.status == GetMessageStatus.OFFSET_TOO_SMALL:
         return page.min_offset
     return None
 

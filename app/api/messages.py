@@ -81,7 +81,7 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", JSON).split(";", 1)[0].strip().lower() or JSON
 
 
-def _from_model(item: MessageIn) -> IncomingMessage:
+def incoming_from_model(item: MessageIn) -> IncomingMessage:
     try:
         body = decode_body(item.body, item.encoding)
     except BodyEncodingError as exc:
@@ -98,7 +98,7 @@ def _from_model(item: MessageIn) -> IncomingMessage:
     )
 
 
-def _validation_message(exc: ValidationError, where: str = "") -> str:
+def describe_validation_error(exc: ValidationError, where: str = "") -> str:
     parts = []
     for error in exc.errors()[:5]:
         location = ".".join(str(part) for part in error["loc"])
@@ -117,10 +117,10 @@ def _parse_json(raw: bytes) -> list[IncomingMessage]:
         )
     try:
         if "messages" in document:
-            return [_from_model(item) for item in ProduceRequest.model_validate(document).messages]
-        return [_from_model(MessageIn.model_validate(document))]
+            return [incoming_from_model(item) for item in ProduceRequest.model_validate(document).messages]
+        return [incoming_from_model(MessageIn.model_validate(document))]
     except ValidationError as exc:
-        raise ApiError(ErrorCode.VALIDATION_FAILED, _validation_message(exc)) from None
+        raise ApiError(ErrorCode.VALIDATION_FAILED, describe_validation_error(exc)) from None
 
 
 def _parse_ndjson(raw: bytes) -> list[IncomingMessage]:
@@ -129,12 +129,12 @@ def _parse_ndjson(raw: bytes) -> list[IncomingMessage]:
         if not line.strip():
             continue
         try:
-            messages.append(_from_model(MessageIn.model_validate_json(line)))
+            messages.append(incoming_from_model(MessageIn.model_validate_json(line)))
         except ValidationError as exc:
             if any(error["type"] == "json_invalid" for error in exc.errors()):
                 raise ApiError(ErrorCode.MALFORMED_BODY, f"line {number} is not valid JSON") from None
             raise ApiError(
-                ErrorCode.VALIDATION_FAILED, _validation_message(exc, f"line {number}: ")
+                ErrorCode.VALIDATION_FAILED, describe_validation_error(exc, f"line {number}: ")
             ) from None
     if not messages:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the NDJSON body holds no message")

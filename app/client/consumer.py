@@ -115,6 +115,8 @@ class PullConsumer:
     def poll(self, timeout_s: float = 1.0) -> ConsumedMessage | None:
         """The next message, or None after ``timeout_s``. Asking for it finishes the previous one."""
         self._finish_in_hand()
+        if time.monotonic() - self._last_commit >= self.commit_interval_s:
+            self._commit_finished()
         try:
             consumed = self._cache.get(timeout=timeout_s)
         except queue.Empty:
@@ -124,8 +126,6 @@ class PullConsumer:
             self._cached_bytes -= consumed.message.size
             self._room.notify_all()
         self._in_hand = consumed
-        if time.monotonic() - self._last_commit >= self.commit_interval_s:
-            self.commit()
         return consumed
 
     def __iter__(self) -> Iterator[ConsumedMessage]:
@@ -141,8 +141,12 @@ class PullConsumer:
                 self._done[consumed.queue] = consumed.message.queue_offset + 1
 
     def commit(self) -> None:
-        """Commit, per broker, the offsets after the messages the application finished."""
+        """Commit, per broker, the offsets after the messages the application finished, counting
+        the message in hand as finished."""
         self._finish_in_hand()
+        self._commit_finished()
+
+    def _commit_finished(self) -> None:
         self._last_commit = time.monotonic()
         with self._done_lock:
             pending = {q: offset for q, offset in self._done.items() if self._committed.get(q) != offset}

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from app.api.broker import Broker
 from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode, code_for
-from app.api.messages import _from_model, _validation_message
+from app.api.messages import describe_validation_error, incoming_from_model
 from app.api.schemas import MessageIn
 from app.api.ws.protocol import FrameSender, receive_frame, serve
 from app.store.errors import StoreError
@@ -34,9 +34,9 @@ def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
     """A produce frame's message: the HTTP API's message object, with ``id`` and ``type`` aside."""
     fields = {name: value for name, value in frame.items() if name not in ("id", "type")}
     try:
-        return _from_model(MessageIn.model_validate(fields))
+        return incoming_from_model(MessageIn.model_validate(fields))
     except ValidationError as exc:
-        return ApiError(ErrorCode.VALIDATION_FAILED, _validation_message(exc))
+        return ApiError(ErrorCode.VALIDATION_FAILED, describe_validation_error(exc))
     except ApiError as exc:
         return exc
 

@@ -1,0 +1,95 @@
+"""The Python client against one real broker on its embedded defaults (SQLite registry)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.client import OutgoingMessage, Producer, PullConsumer
+from tests.api.server import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("client") / "store")
+    process.env["WHARF_ADVERTISED_URL"] = process.url
+    process.start()
+    yield process
+    process.stop()
+
+
+def consume(consumer: PullConsumer, count: int, timeout_s: float = 20.0) -> list[bytes]:
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(bodies) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None:
+            bodies.append(message.body)
+    return bodies
+
+
+def test_produce_and_consume_every_message_once(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "e2e", "queues": 4})
+    with Producer(broker.url) as producer:
+        sent = [producer.send("e2e", f"m{i}", tags="T", keys=[f"k{i}"]) for i in range(40)]
+        sent += producer.send_batch("e2e", [OutgoingMessage(f"b{i}".encode()) for i in range(20)])
+    assert {r.queue_id for r in sent} == {0, 1, 2, 3}
+    with PullConsumer(broker.url, "e2e", "readers", max_wait_ms=300) as consumer:
+        bodies = consume(consumer, 60)
+        assert consumer.poll(0.5) is None
+    assert sorted(bodies) == sorted(
+        [f"m{i}".encode() for i in range(40)] + [f"b{i}".encode() for i in range(20)]
+    )
+
+
+def test_a_restarted_consumer_resumes_after_what_it_finished(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "resume", "queues": 1})
+    with Producer(broker.url) as producer:
+        for i in range(12):
+            producer.send("resume", f"r{i}")
+    with PullConsumer(broker.url, "resume", "g1", max_wait_ms=300) as consumer:
+        first = consume(consumer, 4)
+        consumer.commit()  # the application is done with all four
+    assert first == [f"r{i}".encode() for i in range(4)]
+
+    # Committing as it goes, then dying with r7 in hand: r7 was never finished, so it comes again.
+    crashed = PullConsumer(broker.url, "resume", "g1", max_wait_ms=300, commit_interval_s=0).start()
+    assert consume(crashed, 4) == [f"r{i}".encode() for i in range(4, 8)]
+    crashed._stop.set()  # the process dies: no close, no last commit
+
+    with PullConsumer(broker.url, "resume", "g1", max_wait_ms=300) as consumer:
+        rest = consume(consumer, 5)
+    assert rest == [f"r{i}".encode() for i in range(7, 12)]
+
+
+def test_flow_control_caps_what_the_consumer_caches(broker: BrokerProcess, tmp_path: Path) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "flow", "queues": 1})
+    with Producer(broker.url) as producer:
+        producer.send_batch("flow", [OutgoingMessage(f"f{i}".encode()) for i in range(200)])
+    consumer = PullConsumer(broker.url, "flow", "slow", batch_size=8, max_cached_messages=20, max_wait_ms=300)
+    with consumer:
+        deadline = time.monotonic() + 5
+        while consumer._cached_messages < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # give the fetcher every chance to overshoot
+        assert 20 <= consumer._cached_messages < 20 + 8
+        assert len(consume(consumer, 200)) == 200
+
+
+def test_producer_retries_on_another_broker_after_a_failure(broker: BrokerProcess) -> None:
+    """A dead broker in the route is skipped: the send lands on the live one and it is avoided after."""
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "retry", "queues": 2})
+    with Producer(broker.url) as producer:
+        route = producer.routes.get("retry")
+        dead = type(route.write_queues[0])("broker-dead", 0, "http://127.0.0.1:9")
+        producer.routes._routes["retry"] = (
+            time.monotonic() + 60,
+            type(route)("retry", (dead, *route.write_queues), route.read_queues),
+        )
+        results = [producer.send("retry", f"x{i}") for i in range(6)]
+    assert all(r.broker_name == route.write_queues[0].broker_name for r in results)
+    assert not producer.faults.available("broker-dead")
