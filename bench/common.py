@@ -94,7 +94,8 @@ class Result:
             return ""
         if self.target.passed(measured):
             return "PASS"
-        return f"MISS by {self.target.shortfall(measured):.0%}"
+        shortfall = self.target.shortfall(measured)
+        return f"MISS by {shortfall:.1%}" if shortfall < 0.1 else f"MISS by {shortfall:.0%}"
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)

@@ -25,8 +25,10 @@ takes part of the CPU.
   message to each queue: the server's extra RSS while they are held, and the time from sending the
   produces until the last held pull's answer is in. A fresh broker per repeat.
 
-Every figure is the median of its repeats. ``--profile DIR`` adds one extra (uncounted) run per load
-with ``py-spy`` sampling the server, writes the collapsed stacks and a ranked summary to ``DIR``.
+Every figure is the median of its repeats. ``--profile DIR`` adds one extra (uncounted) wrk run per
+load with ``py-spy`` sampling the server and writes the collapsed stacks and a ranked summary
+(``python -m bench.http_profile``) to ``DIR``; ``holds`` samples the phases of its first repeat,
+which is counted, so take the figures from a run without ``--profile``.
 """
 
 from __future__ import annotations
