@@ -185,48 +185,45 @@ class Broker:
         within the idempotency window are answered with the first result and not stored again."""
         config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None
-        loop = asyncio.get_running_loop()
-        answers: list[asyncio.Future[dict[str, Any]]] = []
-        fresh: list[tuple[asyncio.Future[dict[str, Any]], str, str | None]] = []
-        seen: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        answers: list[dict[str, Any] | asyncio.Future[dict[str, Any]] | None] = []
+        fresh: list[tuple[int, str, str | None]] = []  # (answer index, unique id, as supplied)
+        pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         messages = []
         for incoming in batch:
             supplied = incoming.unique_id
             if supplied is not None and window is not None:
-                earlier = seen.get(supplied) or window.get((topic, supplied))
+                earlier = pending.get(supplied) or window.get((topic, supplied))
                 if earlier is not None:
                     answers.append(earlier)
                     continue
+                pending[supplied] = asyncio.get_running_loop().create_future()
             unique_id = supplied or self.unique_ids.next()
             messages.append(
                 self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
             )
-            future: asyncio.Future[dict[str, Any]] = loop.create_future()
-            answers.append(future)
-            fresh.append((future, unique_id, supplied))
-            if supplied is not None:
-                seen[supplied] = future
+            fresh.append((len(answers), unique_id, supplied))
+            answers.append(None)
         if messages:
             appended = self.store.append(messages)
             if window is not None:
-                for future, _, supplied in fresh:
-                    if supplied is not None:
-                        window.put((topic, supplied), future)
+                for supplied, future in pending.items():
+                    window.put((topic, supplied), future)
             durable = True
             if self.store.group_commit is not None:
                 durable = await asyncio.wrap_future(self.store.durable(appended))
             status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
-            for (future, unique_id, _), result in zip(fresh, appended, strict=True):
-                future.set_result(
-                    {
-                        "msg_id": result.msg_id,
-                        "unique_id": unique_id,
-                        "queue_id": result.queue_id,
-                        "queue_offset": result.queue_offset,
-                        "status": status,
-                    }
-                )
-        return [await answer for answer in answers]
+            for (index, unique_id, supplied), result in zip(fresh, appended, strict=True):
+                answer = {
+                    "msg_id": result.msg_id,
+                    "unique_id": unique_id,
+                    "queue_id": result.queue_id,
+                    "queue_offset": result.queue_offset,
+                    "status": status,
+                }
+                answers[index] = answer
+                if supplied is not None and window is not None:
+                    pending[supplied].set_result(answer)
+        return [answer if isinstance(answer, dict) else await answer for answer in answers]  # type: ignore[misc]
 
     # -- pulling ---------------------------------------------------------------------------------
 

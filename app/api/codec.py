@@ -134,60 +134,57 @@ def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
 def parse_batch(data: bytes) -> list[IncomingMessage]:
     """Decode a binary produce batch; BatchFormatError says where it goes wrong."""
     view = memoryview(data)
-    if len(view) < _BATCH_HEAD.size:
+    size = len(view)
+    if size < _BATCH_HEAD.size:
         raise BatchFormatError("batch is shorter than its 8-byte header")
     magic, count = _BATCH_HEAD.unpack_from(view, 0)
     if magic != BATCH_MAGIC:
         raise BatchFormatError(f"batch must start with {BATCH_MAGIC!r}, got {bytes(magic)!r}")
+    head, u16, u32 = _MESSAGE_HEAD.unpack_from, _U16.unpack_from, _U32.unpack_from
     position = _BATCH_HEAD.size
     messages = []
     try:
-        for index in range(count):
-            queue_id, flag, born_timestamp = _MESSAGE_HEAD.unpack_from(view, position)
-            position += _MESSAGE_HEAD.size
+        for _ in range(count):
+            queue_id, flag, born_timestamp = head(view, position)
+            position += 16
             texts = []
             for _ in range(4):
-                (length,) = _U16.unpack_from(view, position)
+                (length,) = u16(view, position)
                 position += 2
-                texts.append(str(view[position : position + length], "utf-8"))
+                texts.append(str(view[position : position + length], "utf-8") if length else "")
                 position += length
-                _check_within(view, position, index)
-            (properties_length,) = _U32.unpack_from(view, position)
+            (properties_length,) = u32(view, position)
             position += 4
             raw_properties = view[position : position + properties_length]
             position += properties_length
-            _check_within(view, position, index)
-            (length,) = _U32.unpack_from(view, position)
+            (length,) = u32(view, position)
             position += 4
             body = bytes(view[position : position + length])
             position += length
-            _check_within(view, position, index)
+            # Slices past the end come back short rather than failing: one check per message.
+            if position > size:
+                raise struct.error("truncated")
             tags, keys, unique_id, sharding_key = texts
             messages.append(
                 IncomingMessage(
-                    body=body,
-                    tags=tags,
-                    keys=keys.split() if keys else [],
-                    properties=decode_properties(raw_properties) if properties_length else {},
-                    queue_id=None if queue_id < 0 else queue_id,
-                    sharding_key=sharding_key or None,
-                    unique_id=unique_id or None,
-                    flag=flag,
-                    born_timestamp=born_timestamp,
+                    body,
+                    tags,
+                    keys.split() if keys else [],
+                    decode_properties(raw_properties) if properties_length else {},
+                    None if queue_id < 0 else queue_id,
+                    sharding_key or None,
+                    unique_id or None,
+                    flag,
+                    born_timestamp,
                 )
             )
     except struct.error:
         raise BatchFormatError(f"batch ends inside message {len(messages)}") from None
     except UnicodeDecodeError:
         raise BatchFormatError(f"message {len(messages)} has a text field that is not UTF-8") from None
-    if position != len(view):
-        raise BatchFormatError(f"{len(view) - position} bytes follow the last of {count} messages")
+    if position != size:
+        raise BatchFormatError(f"{size - position} bytes follow the last of {count} messages")
     return messages
-
-
-def _check_within(view: memoryview, position: int, index: int) -> None:
-    if position > len(view):
-        raise BatchFormatError(f"batch ends inside message {index}")
 
 
 def encode_batch(messages: Iterable[IncomingMessage]) -> bytes:

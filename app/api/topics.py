@@ -21,7 +21,7 @@ QueueId = Annotated[int, Path(ge=0, le=65535, description="Queue id")]
 FORWARD_TIMEOUT_S = 10.0
 
 
-def get_broker(request: Request) -> Broker:
+async def get_broker(request: Request) -> Broker:
     broker: Broker | None = getattr(request.app.state, "broker", None)
     if broker is None:
         raise ApiError(ErrorCode.NOT_READY, "the broker is starting")

@@ -39,6 +39,7 @@ class MappedFile:
         "wrote_position",
         "flushed_position",
         "last_store_timestamp",
+        "directory_synced",
         "available",
         "first_shutdown_ms",
         "_holders",
@@ -68,6 +69,7 @@ class MappedFile:
         self.wrote_position = 0
         self.flushed_position = 0
         self.last_store_timestamp = 0
+        self.directory_synced = True
         self.available = True
         self.first_shutdown_ms = 0
         # One item per reader holding the segment: list append and pop are atomic under the GIL,
@@ -79,7 +81,8 @@ class MappedFile:
     def create(cls, directory: Path, offset: int, file_size: int) -> MappedFile:
         directory.mkdir(parents=True, exist_ok=True)
         mapped = cls(directory / segment_name(offset), file_size)
-        _fsync_dir(directory)
+        # The new name reaches the disk with the segment's first flush, off the append path.
+        mapped.directory_synced = False
         return mapped
 
     @property
@@ -102,6 +105,9 @@ class MappedFile:
         """
         wrote = self.wrote_position
         if wrote > self.flushed_position and not self._closed:
+            if not self.directory_synced:
+                _fsync_dir(self.path.parent)
+                self.directory_synced = True
             os.fdatasync(self.fd)
             self.flushed_position = wrote
         return self.flushed_position
