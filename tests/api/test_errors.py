@@ -137,3 +137,25 @@ def test_every_store_error_class_is_mapped() -> None:
     mapped = {cls for cls, _ in STORE_ERRORS}
     assert set(classes) <= mapped, f"unmapped store errors: {set(classes) - mapped}"
     assert code_for(store_errors.DiskFullError("full")) is ErrorCode.DISK_FULL
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({"queue_id": "x"}, ErrorCode.VALIDATION_FAILED),
+        ({"queue_id": "-1"}, ErrorCode.VALIDATION_FAILED),
+        ({"queue_id": "9"}, ErrorCode.INVALID_QUEUE),
+        ({"tags": "t" * 1025}, ErrorCode.VALIDATION_FAILED),
+        ({"unique_id": "u" * 129}, ErrorCode.VALIDATION_FAILED),
+        ({"property": "no-colon"}, ErrorCode.INVALID_PROPERTY),
+    ],
+)
+def test_bad_raw_body_parameters(client: httpx.Client, topic: str, params: dict, code: ErrorCode) -> None:
+    response = client.post(
+        f"/v1/topics/{topic}/messages",
+        content=b"raw",
+        params=params,
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert_error(response, code)
+    assert messages_in(client, topic) == 0
