@@ -404,6 +404,8 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, physical_offset:
     does not match its position, a CRC mismatch or a properties string cut short. A record torn by
     a crash fails one of these, since the store keeps the bytes past its end zeroed.
     """
+    # Recovery calls this for every record of the log: it unpacks only what it checks and copies
+    # nothing but the topic and the properties.
     remaining = len(buf) - pos
     if remaining < BLANK_MIN_SIZE:
         return None
@@ -412,32 +414,69 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, physical_offset:
         return BLANK if total == remaining else None
     if magic != MESSAGE_MAGIC or total < FIXED_SIZE or total > remaining:
         return None
-    try:
-        record = decode_record(buf, pos)
-    except (CorruptRecordError, UnicodeDecodeError, ValueError, struct.error, IndexError):
+    (
+        _,
+        _,
+        body_crc,
+        queue_id,
+        _,
+        queue_offset,
+        record_offset,
+        sysflag,
+        _,
+        _,
+        store_timestamp,
+        _,
+        _,
+        _,
+        body_len,
+    ) = HEADER.unpack_from(buf, pos)
+    if record_offset != physical_offset or queue_offset < 0 or store_timestamp < 0:
         return None
-    if record.physical_offset != physical_offset or record.queue_offset < 0 or record.store_timestamp < 0:
+    if body_len < 0 or body_len > total - FIXED_SIZE:
         return None
-    if not TOPIC_PATTERN.fullmatch(record.topic):
+    body_end = pos + POS_BODY + body_len
+    topic_end = body_end + 1 + buf[body_end]
+    record_end = pos + total
+    if topic_end + 2 > record_end:
         return None
-    if _signed_crc(record.body) != record.body_crc:
+    (props_len,) = SHORT.unpack_from(buf, topic_end)
+    if props_len < 0 or topic_end + 2 + props_len != record_end:
         return None
     # A properties string always ends in its separator: anything else there is a torn tail.
-    props_len = total - FIXED_SIZE - len(record.body) - len(record.topic)
-    if props_len and buf[pos + total - 1] != 2:
+    if props_len and buf[record_end - 1] != 2:
         return None
-    tags = record.properties.get(PROPERTY_TAGS, "")
+    if _signed_crc(buf[pos + POS_BODY : body_end]) != body_crc:
+        return None
+    topic = _valid_topic(bytes(buf[body_end + 1 : topic_end]))
+    if topic is None:
+        return None
+    try:
+        properties = decode_properties(buf[topic_end + 2 : record_end]) if props_len else {}
+    except (UnicodeDecodeError, ValueError):
+        return None
+    tags = properties.get(PROPERTY_TAGS, "")
     return CheckedRecord(
         total,
-        record.topic,
-        record.queue_id,
-        record.queue_offset,
+        topic,
+        queue_id,
+        queue_offset,
         tags_hash(tags) if tags else 0,
-        record.properties.get(PROPERTY_KEYS, ""),
-        record.properties.get(PROPERTY_UNIQ_KEY, ""),
-        record.sysflag,
-        record.store_timestamp,
+        properties.get(PROPERTY_KEYS, ""),
+        properties.get(PROPERTY_UNIQ_KEY, ""),
+        sysflag,
+        store_timestamp,
     )
+
+
+@lru_cache(maxsize=4096)
+def _valid_topic(raw: bytes) -> str | None:
+    """The topic name from its stored bytes, or None if they are not a valid name."""
+    try:
+        topic = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return topic if TOPIC_PATTERN.fullmatch(topic) else None
 
 
 _TAGS_PREFIX = b"TAGS\x01"
