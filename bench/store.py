@@ -10,14 +10,18 @@ What it measures, in one run, in a temporary directory on the repository's disk 
   (``os.write`` of 4 KiB blocks, one ``fdatasync``), over the byte count of the 4 KiB append test,
   interleaved repeat by repeat with that test, which is judged against ``dd``: appending 4 KiB
   messages and draining them to disk (``close``) should reach half the disk's bandwidth.
-* ``append``: ASYNC_FLUSH appends of 128 B bodies, one message per ``append`` call and in batches.
+* ``append``: ASYNC_FLUSH appends of 128 B bodies, one message per ``append`` call and in batches,
+  with the message index on (the default) and, for the largest batches, off; judged against a
+  plain-Python loop that writes the same bytes (the floor), measured in the same run.
 * ``sync``: SYNC_FLUSH acknowledged messages per second with 64 producer threads calling ``put``
-  (group commit) against one producer thread, which gets one fsync per message.
-* ``read``: ``get_message`` from offset 0 to the end of a queue, touching every record, and
-  ``decode_record`` on its own.
-* ``recovery``: ``open`` of a 1 GiB CommitLog after a clean stop (last three segments), after an
-  unclean stop (abort file; walk from the checkpoint's segment) and after an unclean stop without a
-  checkpoint (walk everything), the last one with warm and with cold page cache.
+  and 64 coroutines awaiting ``put_async`` (group commit), against one producer thread, which gets
+  one fsync per message; and 64 threads that each append and ``fdatasync`` themselves.
+* ``read``: ``get_message`` from offset 0 to the end of a queue, 32 and 1,000 per call, touching
+  every record, and ``decode_record`` on its own.
+* ``recovery``: ``open`` of a 1 GiB CommitLog of 1 KiB and of 128 B messages after a clean stop
+  (last three segments), after an unclean stop (abort file; walk from the checkpoint's segment) and
+  after an unclean stop without a checkpoint (walk everything, rebuild the index), the last one also
+  with the store's files evicted from the page cache.
 
 Messages carry what the HTTP API gives every message: a TAGS and a 32-hex-digit UNIQ_KEY property.
 Every figure is the median of its repeats; MB is 10^6 bytes of CommitLog records, as ``dd`` counts.
@@ -44,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.store import FlushMode, Message, MessageStore, PutStatus, StoreConfig, decode_record
-from app.store.record import Limits, encode_host, encode_record
+from app.store.record import MESSAGE_MAGIC, Limits, encode_host, encode_record
 from bench.common import (
     REPOSITORY,
     RESULTS_DIR,
@@ -258,9 +262,10 @@ def run_python_floor(directory: Path, messages: list[Message], segment: int) -> 
                     topic = message.topic.encode()
                     props = "".join([f"{k}\x01{v}\x02" for k, v in message.properties.items()]).encode()
                     total = 91 + len(body) + len(topic) + len(props)
+                    crc = zlib.crc32(body)
                     head = header.pack(
-                        total, -1, zlib.crc32(body) - (1 << 31), message.queue_id, 0, -1, -1, 0, 0,
-                        host, 0, host, 0, 0, len(body),
+                        total, MESSAGE_MAGIC, crc - (1 << 32) if crc & 0x80000000 else crc,
+                        message.queue_id, 0, -1, -1, 0, 0, host, 0, host, 0, 0, len(body),
                     )  # fmt: skip
                     data = b"".join(
                         (head, body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props)

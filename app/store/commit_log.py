@@ -33,6 +33,8 @@ from app.store.record import (
 )
 from app.store.results import AppendResult, PutStatus
 
+PUT_OK = PutStatus.PUT_OK
+
 # (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys, uniq_key)
 Dispatch = Callable[[str, int, int, int, int, int, int, str, str], None]
 
@@ -83,6 +85,8 @@ class CommitLog:
         queue_offsets = self.queue_offsets
         dispatch = self.dispatch
         file_size = self.file_size
+        pack_timestamp = TIMESTAMP.pack_into
+        pack_offsets = OFFSETS.pack_into
         with self.lock:
             if self.closed:
                 raise StoreClosedError("the CommitLog is closed")
@@ -90,50 +94,40 @@ class CommitLog:
             mapped = self.files.writable_file()
             mm = mapped.mm
             position = mapped.wrote_position
-            for record in records:
-                data = record.data
+            base = mapped.file_from_offset
+            new_result = tuple.__new__
+            for data, topic, queue_id, tags_code, keys, uniq_key, sysflag in records:
                 size = len(data)
-                if position + size + BLANK_MIN_SIZE > file_size:
+                end = position + size
+                if end + BLANK_MIN_SIZE > file_size:
                     SIZE_MAGIC.pack_into(mm, position, file_size - position, BLANK_MAGIC)
                     mapped.wrote_position = file_size
                     mapped = self.files.new_file()
                     mm = mapped.mm
-                    position = 0
-                key = (record.topic, record.queue_id)
-                physical_offset = mapped.file_from_offset + position
-                if skips_consume_queue(record.sysflag):
-                    queue_offset = 0
-                else:
+                    base = mapped.file_from_offset
+                    position, end = 0, size
+                physical_offset = base + position
+                kind = sysflag & SYSFLAG_TRANSACTION_MASK
+                dispatched = kind != SYSFLAG_TRANSACTION_PREPARED and kind != SYSFLAG_TRANSACTION_ROLLBACK
+                if dispatched:
+                    key = (topic, queue_id)
                     queue_offset = queue_offsets.get(key, 0)
                     queue_offsets[key] = queue_offset + 1
-                end = position + size
+                else:
+                    queue_offset = 0
                 mm[position:end] = data
-                TIMESTAMP.pack_into(mm, position + POS_STORETIMESTAMP, now)
+                pack_timestamp(mm, position + POS_STORETIMESTAMP, now)
                 # Written last: a record whose offsets are still placeholders is not valid.
-                OFFSETS.pack_into(mm, position + POS_QUEUEOFFSET, queue_offset, physical_offset)
+                pack_offsets(mm, position + POS_QUEUEOFFSET, queue_offset, physical_offset)
                 mapped.wrote_position = position = end
-                if not skips_consume_queue(record.sysflag):
+                if dispatched:
                     dispatch(
-                        record.topic,
-                        record.queue_id,
-                        queue_offset,
-                        physical_offset,
-                        size,
-                        record.tags_code,
-                        now,
-                        record.keys,
-                        record.uniq_key,
+                        topic, queue_id, queue_offset, physical_offset, size, tags_code, now, keys, uniq_key
                     )
                 add_result(
-                    AppendResult(
-                        PutStatus.PUT_OK,
-                        record.topic,
-                        record.queue_id,
-                        queue_offset,
-                        physical_offset,
-                        size,
-                        now,
-                        store_host,
+                    new_result(
+                        AppendResult,
+                        (PUT_OK, topic, queue_id, queue_offset, physical_offset, size, now, store_host),
                     )
                 )
             mapped.last_store_timestamp = now

@@ -155,7 +155,10 @@ def encode_properties(properties: dict[str, str]) -> bytes:
 def decode_properties(raw: bytes | bytearray | memoryview) -> dict[str, str]:
     if not raw:
         return {}
-    text = bytes(raw).decode()
+    return _parse_properties(str(raw, "utf-8"))
+
+
+def _parse_properties(text: str) -> dict[str, str]:
     properties = {}
     for item in text.split(PROPERTY_SEPARATOR):
         if item:
@@ -355,26 +358,26 @@ def decode_record(
         raise CorruptRecordError(f"body CRC mismatch at {pos}")
     props_start = topic_end + 2
     return StoredMessage(
-        topic=bytes(buf[body_end + 1 : topic_end]).decode("ascii"),
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        physical_offset=physical_offset,
-        size=total,
-        body=body,
-        properties=decode_properties(buf[props_start : props_start + props_len]),
-        flag=flag,
-        sysflag=sysflag,
-        body_crc=body_crc,
-        born_timestamp=born_ts,
-        born_host=born_host,
-        store_timestamp=store_ts,
-        store_host=store_host,
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
+        str(buf[body_end + 1 : topic_end], "ascii"),
+        queue_id,
+        queue_offset,
+        physical_offset,
+        total,
+        body,
+        decode_properties(buf[props_start : props_start + props_len]),
+        flag,
+        sysflag,
+        body_crc,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
     )
 
 
-def _signed_crc(data: bytes | memoryview) -> int:
+def _signed_crc(data: bytes | bytearray | memoryview) -> int:
     crc = zlib.crc32(data)
     return crc - (1 << 32) if crc & 0x80000000 else crc
 
