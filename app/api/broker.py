@@ -115,7 +115,7 @@ class Broker:
                 raise error
             config, created = self.topics.get_or_create(name, self.settings.default_topic_queue_nums)
             if created:
-                self.topics_changed()
+                await self.topics_changed()
         if not config.writable:
             raise ApiError(ErrorCode.TOPIC_NOT_WRITABLE, f"topic {name!r} does not accept messages")
         return config
@@ -129,9 +129,9 @@ class Broker:
             )
         return config
 
-    def topics_changed(self) -> None:
+    async def topics_changed(self) -> None:
         if self.routing is not None:
-            self.routing.topics_changed()
+            await self.routing.topics_changed()
 
     # -- producing -------------------------------------------------------------------------------
 

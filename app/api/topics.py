@@ -41,7 +41,7 @@ def topic_out(config: TopicConfig) -> dict[str, Any]:
     }
 
 
-def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[str, Any]]:
+async def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[str, Any]]:
     existing = broker.topics.get(wanted.name)
     if existing is not None:
         if existing != wanted:
@@ -51,7 +51,7 @@ def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[str, An
             )
         return 200, topic_out(existing)
     broker.topics.put(wanted)
-    broker.topics_changed()
+    await broker.topics_changed()
     return 201, topic_out(wanted)
 
 
@@ -69,7 +69,7 @@ async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig)
         for name, address in targets:
             if name == routing.identity.broker_name:
                 try:
-                    status, _ = _create_here(broker, wanted)
+                    status, _ = await _create_here(broker, wanted)
                     placements.append({"broker_name": name, "address": address, "status": status})
                 except ApiError as exc:
                     placements.append(
@@ -112,7 +112,7 @@ async def create_topic(body: TopicCreate, broker: BrokerDep, response: Response)
     wanted = TopicConfig(body.name, read, write, body.perm, body.order)
     if body.cluster is not None or body.brokers is not None:
         return await _create_across(broker, body, wanted)
-    status, out = _create_here(broker, wanted)
+    status, out = await _create_here(broker, wanted)
     response.status_code = status
     return out
 
@@ -138,7 +138,7 @@ async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
     await broker.topic(topic)
     broker.topics.delete(topic)
     await asyncio.to_thread(broker.store.delete_topic, topic)
-    broker.topics_changed()
+    await broker.topics_changed()
     return Response(status_code=204)
 
 

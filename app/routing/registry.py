@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.routing.models import BrokerRow, ClusterRow, QueueDataRow, TopicRow
@@ -44,6 +45,13 @@ class RouteRegistry:
     def register(self, broker: BrokerIdentity, topics: Iterable[TopicConfig], data_version: int = 0) -> None:
         """Register or heartbeat: record the broker as alive and, for a master, its queue data."""
         topics = list(topics)
+        try:
+            self._register(broker, topics, data_version)
+        except IntegrityError:
+            # Another broker inserted the same cluster or topic row at the same moment: once more.
+            self._register(broker, topics, data_version)
+
+    def _register(self, broker: BrokerIdentity, topics: list[TopicConfig], data_version: int) -> None:
         with self.sessions.begin() as session:
             if session.get(ClusterRow, broker.cluster_name) is None:
                 session.add(ClusterRow(name=broker.cluster_name))

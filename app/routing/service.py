@@ -39,7 +39,6 @@ class RoutingService:
         self.expiry_s = expiry_s
         self.scan_interval_s = scan_interval_s
         self._tasks: list[asyncio.Task[None]] = []
-        self._heartbeat_now = asyncio.Event()
         self._data_version = 0
         self._route_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
@@ -67,16 +66,17 @@ class RoutingService:
         topics = list(self.topics())
         await asyncio.to_thread(self.registry.register, self.identity, topics, self._data_version)
 
-    def topics_changed(self) -> None:
-        """Send a heartbeat soon, so routes show a created or deleted topic without waiting 30 s."""
+    async def topics_changed(self) -> None:
+        """Publish a created or deleted topic now, so its route is right before the caller answers."""
         self._route_cache.clear()
-        self._heartbeat_now.set()
+        try:
+            await self.heartbeat()
+        except Exception:  # the periodic heartbeat publishes it later
+            log.exception("publishing topic changes to the route registry failed")
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._heartbeat_now.wait(), self.heartbeat_interval_s)
-            self._heartbeat_now.clear()
+            await asyncio.sleep(self.heartbeat_interval_s)
             try:
                 await self.heartbeat()
             except Exception:
