@@ -174,3 +174,13 @@ def write_json(
         "results": [result.as_dict() for result in results],
     }
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def select_sections(only: str, known: Sequence[str]) -> list[str] | None:
+    """The sections named in a comma-separated ``--only``; None (after saying why) if one is unknown."""
+    sections = [name.strip() for name in only.split(",") if name.strip()]
+    unknown = sorted(set(sections) - set(known))
+    if unknown:
+        print(f"unknown sections {unknown}; choose from {list(known)}", file=sys.stderr)
+        return None
+    return sections

@@ -54,7 +54,7 @@ import orjson
 
 from app.api.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch
 from bench import http_profile
-from bench.common import RESULTS_DIR, Result, Target, print_table, write_json
+from bench.common import RESULTS_DIR, Result, Target, print_table, select_sections, write_json
 from bench.http_load import (
     BareServer,
     RawConnection,
@@ -716,10 +716,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = QUICK if args.quick else FULL
-    sections = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(sections) - set(SECTIONS))
-    if unknown:
-        print(f"unknown sections {unknown}; choose from {SECTIONS}", file=sys.stderr)
+    sections = select_sections(args.only, SECTIONS)
+    if sections is None:
         return 2
     if wrk_path() is None and set(sections) & {"produce", "batch", "pull"}:
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)

@@ -40,7 +40,7 @@ from app.store.checkpoint import Checkpoint
 from app.store.index_service import IndexService
 from app.store.record import EncodedRecord, encode_host
 from app.store.results import AppendResult, PutStatus
-from bench.common import RESULTS_DIR, Result, Stopwatch, Target, print_table, write_json
+from bench.common import RESULTS_DIR, Result, Stopwatch, Target, print_table, select_sections, write_json
 
 TOPIC = "bench"
 SECTIONS = ("insert", "store")
@@ -336,10 +336,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = QUICK if args.quick else FULL
-    sections = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(sections) - set(SECTIONS))
-    if unknown:
-        print(f"unknown sections {unknown}; choose from {SECTIONS}", file=sys.stderr)
+    sections = select_sections(args.only, SECTIONS)
+    if sections is None:
         return 2
     args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="index-bench-", dir=args.dir))

@@ -57,6 +57,7 @@ from bench.common import (
     Target,
     print_table,
     scratch_parent,
+    select_sections,
     write_json,
 )
 
@@ -764,10 +765,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = QUICK if args.quick else FULL
-    sections = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(sections) - set(SECTIONS))
-    if unknown:
-        print(f"unknown sections {unknown}; choose from {SECTIONS}", file=sys.stderr)
+    sections = select_sections(args.only, SECTIONS)
+    if sections is None:
         return 2
     parent = args.dir if args.dir is not None else scratch_parent()
     parent.mkdir(parents=True, exist_ok=True)

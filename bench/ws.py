@@ -32,7 +32,7 @@ import httpx
 import orjson
 from websockets.asyncio.client import connect
 
-from bench.common import RESULTS_DIR, Result, print_table, write_json
+from bench.common import RESULTS_DIR, Result, print_table, select_sections, write_json
 from tests.api.server import BrokerProcess
 
 SECTIONS = ("push", "fanout", "produce")
@@ -235,10 +235,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = QUICK if args.quick else FULL
-    sections = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(sections) - set(SECTIONS))
-    if unknown:
-        print(f"unknown sections {unknown}; choose from {SECTIONS}", file=sys.stderr)
+    sections = select_sections(args.only, SECTIONS)
+    if sections is None:
         return 2
     root = Path(tempfile.mkdtemp(prefix="ws-bench-", dir=Path(__file__).resolve().parent))
     broker = BrokerProcess(root / "store", flush_mode="ASYNC", commitlog_file_size=256 * 1024 * 1024)
