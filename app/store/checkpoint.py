@@ -35,11 +35,9 @@ class Checkpoint:
                     self.index_timestamp,
                 ) = LAYOUT.unpack_from(raw)
 
-    def min_timestamp(self, include_index: bool = False) -> int:
-        candidates = [self.commitlog_timestamp, self.consumequeue_timestamp]
-        if include_index:
-            candidates.append(self.index_timestamp)
-        return max(0, min(candidates) - RECOVERY_MARGIN_MS)
+    def min_timestamp(self) -> int:
+        """Where unclean recovery of the CommitLog and ConsumeQueues starts looking."""
+        return max(0, min(self.commitlog_timestamp, self.consumequeue_timestamp) - RECOVERY_MARGIN_MS)
 
     def flush(self) -> None:
         """Write all three timestamps and force them to disk in one 24-byte write."""

@@ -154,9 +154,6 @@ class CommitLog:
         finally:
             mapped.release()
 
-    def segment_at(self, physical_offset: int) -> MappedFile | None:
-        return self.files.find(physical_offset)
-
     # -- recovery --------------------------------------------------------------------------------
 
     def walk(self, start_index: int) -> Iterator[tuple[int, CheckedRecord]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -60,7 +60,6 @@ class StoreConfig:
     destroy_forcibly_interval_ms: int = 120_000
     # Consumer offsets (SPEC 4).
     consumer_offset_persist_interval_ms: int = 5_000
-    extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
     def commitlog_dir(self) -> Path:

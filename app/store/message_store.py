@@ -521,6 +521,3 @@ class MessageStore:
     def _last_store_timestamp(self) -> int:
         last = self.commitlog.files.last_file
         return last.last_store_timestamp if last is not None else 0
-
-    def disk_path(self) -> str:
-        return os.fspath(self.config.store_dir)

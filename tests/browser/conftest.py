@@ -14,7 +14,6 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.api.server import ROOT, BrokerProcess
@@ -71,19 +70,6 @@ def browser() -> Iterator[Any]:
         browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("broker") / "store").start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=30.0) as client:
-        yield client
 
 
 @pytest.fixture

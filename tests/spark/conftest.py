@@ -43,19 +43,6 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("broker") / "store", hold_check_interval_ms=60000).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=30.0) as client:
-        yield client
-
-
 def make_topic(client: httpx.Client, prefix: str, queues: int = 4) -> str:
     name = f"{prefix[:60]}-{next(_names)}"
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)

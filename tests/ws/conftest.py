@@ -30,12 +30,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 @pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=30.0) as client:
-        yield client
-
-
-@pytest.fixture
 def topic(client: httpx.Client, request: pytest.FixtureRequest) -> str:
     """A fresh topic with 4 queues, named after the test."""
     return new_topic(client, request.node.name)
