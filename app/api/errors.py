@@ -127,6 +127,7 @@ STORE_ERRORS: list[tuple[type[Exception], ErrorCode]] = [
     (store_errors.StoreClosedError, ErrorCode.STORE_CLOSED),
     (store_errors.CorruptRecordError, ErrorCode.INTERNAL_ERROR),
     (store_errors.StoreConfigError, ErrorCode.INTERNAL_ERROR),
+    (store_errors.StoreLockedError, ErrorCode.INTERNAL_ERROR),
     (store_errors.StoreError, ErrorCode.INTERNAL_ERROR),
     (FilterExpressionError, ErrorCode.INVALID_TAG_EXPRESSION),
 ]

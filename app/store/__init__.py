@@ -19,6 +19,7 @@ from app.store.errors import (
     StoreClosedError,
     StoreConfigError,
     StoreError,
+    StoreLockedError,
 )
 from app.store.filter import FilterExpressionError, TagFilter
 from app.store.message_store import MessageStore
@@ -52,6 +53,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",
+    "StoreLockedError",
     "StoreError",
     "StoredMessage",
     "TagFilter",

@@ -50,7 +50,9 @@ class ConsumeQueue:
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Write the entry for ``queue_offset``. Idempotent: an entry already present is kept.
 
-        Returns False when the entry was already there (a re-dispatch during recovery).
+        Returns False when the entry was already there (a re-dispatch during recovery), and when
+        it would leave a hole after the last entry: a queue never holds a run of empty entries
+        (recovery rebuilds a queue that fell behind from the CommitLog, in order).
         """
         position = queue_offset * UNIT_SIZE
         files = self.files
@@ -59,19 +61,16 @@ class ConsumeQueue:
             return False
         mapped = files.last_file
         if mapped is None:
+            # An empty queue starts at its first message's offset (earlier ones went with retention).
             mapped = files.new_file(position)
             mapped.wrote_position = position - mapped.file_from_offset
             if queue_offset:
                 self.min_logic_offset = queue_offset
+        elif position > end:
+            return False
         elif mapped.is_full:
             mapped = files.new_file()
         local = position - mapped.file_from_offset
-        if local >= mapped.file_size:
-            # A gap (entries lost before a crash): start a segment where this entry belongs.
-            while position - mapped.file_from_offset >= mapped.file_size:
-                mapped.wrote_position = mapped.file_size
-                mapped = files.new_file()
-            local = position - mapped.file_from_offset
         UNIT.pack_into(mapped.mm, local, physical_offset, size, tags_code)
         mapped.wrote_position = local + UNIT_SIZE
         self.max_physical_end = physical_offset + size

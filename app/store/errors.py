@@ -13,7 +13,8 @@ Exception tree::
     ├── CorruptRecordError            bytes on disk that are not a valid record
     ├── DiskFullError                 writes refused until the disk has room again
     ├── StoreClosedError              the store is not open
-    └── StoreConfigError              files on disk disagree with the configuration
+    ├── StoreConfigError              files on disk disagree with the configuration
+    └── StoreLockedError              another process has the store directory open
 """
 
 from __future__ import annotations
@@ -61,3 +62,7 @@ class StoreClosedError(StoreError):
 
 class StoreConfigError(StoreError):
     pass
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory's lock."""

@@ -21,6 +21,7 @@ from app.store.commit_log import CommitLog
 from app.store.config import FlushMode, StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager, OffsetPersistService
+from app.store.dir_lock import StoreDirectoryLock
 from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe
 from app.store.errors import InvalidQueueError, StoreClosedError
 from app.store.filter import TagFilter
@@ -37,6 +38,7 @@ from app.store.record import (
     decode_record,
     encode_host,
     encode_record,
+    record_is,
     record_tags,
 )
 from app.store.record import (
@@ -82,6 +84,7 @@ class MessageStore:
         self.on_arrival = on_arrival
         self.store_host = encode_host(config.store_host, config.store_port)
         self.limits = Limits(config.max_message_size, config.max_topic_length, config.max_properties_size)
+        self.dir_lock = StoreDirectoryLock(config.store_dir)
         self.checkpoint = Checkpoint(config.checkpoint_path)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
@@ -122,13 +125,16 @@ class MessageStore:
         self.offset_persist: OffsetPersistService | None = None
         self.in_memory_bytes = _physical_memory_bytes() * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
         self.is_open = False
+        self._stale_queues_logged: set[tuple[str, int]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def open(self) -> MessageStore:
         """Load every file, recover, and start the flush services."""
         config = self.config
-        for directory in (config.store_dir, config.commitlog_dir, config.consumequeue_dir, config.config_dir):
+        config.store_dir.mkdir(parents=True, exist_ok=True)
+        self.dir_lock.acquire()
+        for directory in (config.commitlog_dir, config.consumequeue_dir, config.config_dir):
             directory.mkdir(parents=True, exist_ok=True)
         clean = not config.abort_path.exists()
         try:
@@ -147,6 +153,7 @@ class MessageStore:
             self.commitlog.files.close()
             for queue in self._all_queues():
                 queue.close()
+            self.dir_lock.release()
             raise
         commitlog_min = self.commitlog.min_offset
         for (topic, queue_id), queue in self.consume_queues.items():
@@ -164,6 +171,7 @@ class MessageStore:
                 queue.close()
             if self.index_service is not None:
                 self.index_service.close()
+            self.dir_lock.release()
             raise
         config.abort_path.touch()
         self.commitlog.open()
@@ -236,6 +244,7 @@ class MessageStore:
         if self.index_service is not None:
             self.index_service.close()
         self.config.abort_path.unlink(missing_ok=True)
+        self.dir_lock.release()
 
     def __enter__(self) -> MessageStore:
         return self.open()
@@ -334,6 +343,7 @@ class MessageStore:
         total = 0
         next_offset = offset
         codes = tag_filter.codes if tag_filter is not None else None
+        topic_bytes = topic.encode()
         raw = queue.entries(offset, scan_entries)
         if raw is None or (len(raw) >= UNIT.size and UNIT.unpack_from(raw)[0] < commitlog_min):
             # Retention deleted what this offset names since min_offset was read: never read it.
@@ -355,6 +365,9 @@ class MessageStore:
                 data = commitlog.read(physical_offset, size)
                 if data is None:
                     continue
+                if not record_is(data, topic_bytes, queue_id, current, physical_offset):
+                    self._skip_stale_entry(topic, queue_id, current, physical_offset, size)
+                    continue
                 if tag_filter is not None and not tag_filter.matches(record_tags(data)):
                     continue
                 records.append(data)
@@ -362,6 +375,23 @@ class MessageStore:
                 total += size
         status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, next_offset, min_offset, max_offset, records, queue_offsets, total)
+
+    def _skip_stale_entry(
+        self, topic: str, queue_id: int, queue_offset: int, physical_offset: int, size: int
+    ) -> None:
+        # Never served: recovery removes such entries, so one here means a damaged store.
+        key = (topic, queue_id)
+        if key not in self._stale_queues_logged:
+            self._stale_queues_logged.add(key)
+            log.warning(
+                "skipping %s/%d offset %d: its entry (CommitLog offset %d, %d bytes) does not point at "
+                "that message; further skips in this queue are not logged",
+                topic,
+                queue_id,
+                queue_offset,
+                physical_offset,
+                size,
+            )
 
     def read_messages(
         self, topic: str, queue_id: int, offset: int, max_messages: int = 32

@@ -501,3 +501,37 @@ def record_tags(buf: bytes | memoryview) -> str:
             end = properties.find(b"\x02", value_start)
             return properties[value_start : end if end >= 0 else len(properties)].decode()
         start = found + 1
+
+
+# TOTALSIZE, MAGICCODE, (BODYCRC), QUEUEID, (FLAG), QUEUEOFFSET, PHYSICALOFFSET: the fields that say
+# which message a record is, read in one unpack.
+IDENTITY = struct.Struct(">ii4xi4xqq")
+assert IDENTITY.size == POS_SYSFLAG
+
+
+def record_is(
+    buf: bytes | memoryview, topic: bytes, queue_id: int, queue_offset: int, physical_offset: int
+) -> bool:
+    """Whether ``buf`` is exactly the message record a ConsumeQueue entry promises: a whole record
+    of that topic, queue and queue offset, stored at ``physical_offset``.
+
+    Reads check this instead of trusting the entry: an entry left behind by a crash may point at
+    bytes that now hold another record, part of one, or nothing.
+    """
+    size = len(buf)
+    if size < FIXED_SIZE:
+        return False
+    total, magic, record_queue_id, record_queue_offset, record_offset = IDENTITY.unpack_from(buf)
+    if (
+        total != size
+        or magic != MESSAGE_MAGIC
+        or record_queue_id != queue_id
+        or record_queue_offset != queue_offset
+        or record_offset != physical_offset
+    ):
+        return False
+    (body_len,) = INT.unpack_from(buf, POS_BODY - 4)
+    topic_at = POS_BODY + body_len
+    if body_len < 0 or topic_at + 1 + len(topic) > size or buf[topic_at] != len(topic):
+        return False
+    return buf[topic_at + 1 : topic_at + 1 + len(topic)] == topic

@@ -3,11 +3,18 @@
 * Normal (the abort file is absent): walk the last three CommitLog segments while each record is
   valid (magic, sizes, offset, CRC); the first invalid one is the end of the log.
 * Unclean (the abort file is present): start at the last segment whose first record was stored
-  before the checkpoint, validate every record from there and re-dispatch it. Dispatch is
-  idempotent, so records the ConsumeQueues already hold are skipped.
+  before the checkpoint and validate every record from there.
 
-In both cases the torn tail is cut off (and zeroed), later segments are deleted and ConsumeQueue
-entries that point past the end are truncated.
+Either way the log is the truth and the ConsumeQueues are made to agree with it
+(RocketMQ's truncateDirtyLogicFiles and re-dispatch):
+
+* entries that point past the end of the log are cut (their records were lost with the tail);
+* every walked record whose queue offset is the next one its ConsumeQueue lacks is dispatched, so a
+  queue whose last entries never reached the disk is rebuilt;
+* a queue that is further behind (the walk meets a record past a hole in it) is rebuilt by a
+  second walk from the end of its last entry, for the lagging queues only.
+
+The torn tail is cut off (and zeroed) and later segments are deleted.
 """
 
 from __future__ import annotations
@@ -19,8 +26,11 @@ from dataclasses import dataclass
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog, Dispatch, skips_consume_queue
 from app.store.consume_queue import ConsumeQueue
+from app.store.record import CheckedRecord
 
 log = logging.getLogger(__name__)
+
+QueueKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +40,8 @@ class RecoveryReport:
     end_offset: int
     records_checked: int
     records_redispatched: int
+    queues_truncated: int = 0
+    queues_rebuilt: int = 0
 
 
 def recover(
@@ -39,42 +51,100 @@ def recover(
     clean: bool,
     dispatch: Dispatch,
     normal_segments: int = 3,
+    is_dead: Callable[[str, int], bool] = lambda topic, offset: False,
 ) -> RecoveryReport:
-    for queue in consume_queues():
+    """Recover the CommitLog's end and bring every ConsumeQueue in line with it.
+
+    ``is_dead(topic, offset)`` names records that must not come back (a deleted topic's).
+    """
+    queues = {(queue.topic, queue.queue_id): queue for queue in consume_queues()}
+    for queue in queues.values():
         queue.recover()
     files = commitlog.files.files
     if not files:
-        for queue in consume_queues():
+        for queue in queues.values():
             queue.truncate_after(0)
         return RecoveryReport(clean, 0, 0, 0, 0)
     if clean:
         start_index = max(0, len(files) - normal_segments)
     else:
         start_index = _unclean_start(commitlog, checkpoint.min_timestamp())
+    start_offset = files[start_index].file_from_offset
+
     checked = redispatched = 0
+    lagging: dict[QueueKey, int] = {}
+    next_offsets = {key: queue.max_offset for key, queue in queues.items()}
+
+    def redispatch(offset: int, record: CheckedRecord, only: dict[QueueKey, int] | None) -> bool:
+        key = (record.topic, record.queue_id)
+        if (only is not None and key not in only) or is_dead(record.topic, offset):
+            return False
+        expected = next_offsets.get(key)
+        if expected is None:
+            queue = queues.get(key)
+            expected = next_offsets[key] = queue.max_offset if queue is not None else 0
+        if record.queue_offset < expected:
+            return False  # the queue has it already
+        if record.queue_offset > expected and (expected > 0 or only is None):
+            # A hole: the queue lost entries whose records lie before this one.
+            if only is None and key not in lagging:
+                lagging[key] = _rebuild_from(queues.get(key), commitlog.min_offset)
+            return False
+        dispatch(
+            record.topic,
+            record.queue_id,
+            record.queue_offset,
+            offset,
+            record.size,
+            record.tags_code,
+            record.store_timestamp,
+            record.keys,
+            record.uniq_key,
+        )
+        next_offsets[key] = record.queue_offset + 1
+        return True
+
+    # Entries past the end hold queue offsets above every record the walk meets (a queue's offsets
+    # grow with the log), so the walk can compare with the queues before they are cut.
     for offset, record in commitlog.walk(start_index):
         checked += 1
-        if not clean and not skips_consume_queue(record.sysflag):
-            dispatch(
-                record.topic,
-                record.queue_id,
-                record.queue_offset,
-                offset,
-                record.size,
-                record.tags_code,
-                record.store_timestamp,
-                record.keys,
-                record.uniq_key,
-            )
+        if not skips_consume_queue(record.sysflag) and redispatch(offset, record, None):
             redispatched += 1
     end = commitlog.walk_end
     commitlog.files.set_end(end)
-    for queue in consume_queues():
+    truncated = 0
+    for queue in queues.values():
         if queue.max_physical_end > end:
             queue.truncate_after(end)
-    report = RecoveryReport(clean, files[start_index].file_from_offset, end, checked, redispatched)
+            next_offsets[(queue.topic, queue.queue_id)] = queue.max_offset
+            truncated += 1
+
+    if lagging:
+        log.warning("rebuilding %d ConsumeQueue(s) behind the CommitLog: %s", len(lagging), sorted(lagging))
+        for key in lagging:
+            lagging_queue = queues.get(key)
+            next_offsets[key] = lagging_queue.max_offset if lagging_queue is not None else 0
+        for offset, record in commitlog.records_from(min(lagging.values())):
+            if not skips_consume_queue(record.sysflag) and redispatch(offset, record, lagging):
+                redispatched += 1
+    report = RecoveryReport(
+        clean,
+        start_offset,
+        end,
+        checked,
+        redispatched,
+        queues_truncated=truncated,
+        queues_rebuilt=len(lagging),
+    )
     log.info("recovered the CommitLog: %s", report)
     return report
+
+
+def _rebuild_from(queue: ConsumeQueue | None, commitlog_min: int) -> int:
+    """Where a walk that rebuilds ``queue`` starts: just past the record of its last entry."""
+    if queue is None or queue.max_offset <= queue.min_offset:
+        return commitlog_min
+    return max(commitlog_min, queue.max_physical_end)
 
 
 def _unclean_start(commitlog: CommitLog, checkpoint_ms: int) -> int:

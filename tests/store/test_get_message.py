@@ -315,3 +315,47 @@ def test_reading_a_whole_queue_across_consume_queue_segments(store: MessageStore
     assert offset == 37
     assert seen == expected
     assert reads == -(-37 // entries)
+
+
+# -- entries that do not resolve to their message -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        "another queue's record",
+        "the middle of a record",
+        "a record of another offset",
+        "another topic's record",
+    ],
+)
+def test_an_entry_that_does_not_point_at_its_message_is_skipped_not_served(
+    store: MessageStore, wrong: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stale entry (a crash kept it, the bytes it names now hold something else) is never served."""
+    put_bodies(store, 3, queue_id=0)
+    put_bodies(store, 2, queue_id=1)
+    store.append([message(topic="audit", body=b"audit-0".ljust(20, b"."))])
+    queue = store.queue("orders", 0)
+    assert queue is not None
+    entry = {offset: (physical, size) for offset, physical, size, _ in queue.iter_entries(0)}
+    other = store.queue("orders", 1)
+    audit = store.queue("audit", 0)
+    assert other is not None and audit is not None
+    other_physical, other_size, _ = other.entry(0) or (0, 0, 0)
+    audit_physical, audit_size, _ = audit.entry(0) or (0, 0, 0)
+    target = {
+        "another queue's record": (other_physical, other_size),
+        "the middle of a record": (entry[1][0] + 8, entry[1][1]),
+        "a record of another offset": entry[2],
+        "another topic's record": (audit_physical, audit_size),
+    }[wrong]
+    mapped = queue.files.find(20)
+    assert mapped is not None
+    mapped.mm[20:32] = target[0].to_bytes(8, "big") + target[1].to_bytes(4, "big")
+
+    result = store.get_message("orders", 0, 0, 32)
+    assert result.status is Status.FOUND
+    assert result.queue_offsets == [0, 2]
+    assert bodies_of(result.records) == [b"0-0-".ljust(20, b"."), b"0-2-".ljust(20, b".")]
+    assert "skipping orders/0 offset 1" in caplog.text
