@@ -30,6 +30,11 @@ RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 # A pull is held again only while at least this much of its wait is left.
 MIN_HOLD_S = 0.001
 
+# A tag-filtered pull over a long run of messages that do not match reads the ConsumeQueue in
+# slices of WHARF_MAX_SCAN_BYTES_PER_PULL, yielding to the event loop between two, and answers
+# NO_MATCHED_MESSAGE with the offset past what it scanned after this many slices.
+MAX_SCAN_SLICES_PER_PULL = 32
+
 SEND_STATUS = {PutStatus.PUT_OK: "SEND_OK", PutStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT"}
 
 
@@ -284,6 +289,7 @@ class Broker:
         store = self.store
         deadline = time.monotonic() + min(max_wait_ms, self.settings.max_wait_ms) / 1000
         codes = tag_filter.codes if tag_filter is not None else None
+        slices = 0
         while True:
             result = store.get_message(topic, queue_id, offset, max_messages, tag_filter)
             status = result.status
@@ -292,7 +298,11 @@ class Broker:
             if status is GetMessageStatus.NO_MATCHED_MESSAGE:
                 offset = result.next_offset
                 if offset < result.max_offset:
-                    continue  # more to scan right away
+                    slices += 1
+                    if slices >= MAX_SCAN_SLICES_PER_PULL:
+                        return result  # the client goes on from next_offset
+                    await asyncio.sleep(0)  # one slice at a time: others are served in between
+                    continue
             elif status not in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
                 return result
             remaining = deadline - time.monotonic()
