@@ -1,10 +1,17 @@
-"""The checkpoint file: store timestamps of the last flushed CommitLog, ConsumeQueue and index data.
+"""The checkpoint file: how far the CommitLog, the ConsumeQueues and the index are known to be on disk.
 
-Layout (big-endian)::
+Layout (big-endian, 48 bytes; a 24-byte file of an older version reads with the offsets unknown)::
 
-    +----------------------+------------------------+---------------------+
-    | CommitLog ts (8)     | ConsumeQueue ts (8)    | index ts (8)        |
-    +----------------------+------------------------+---------------------+
+    +------------------+--------------------+-----------------+
+    | CommitLog ts (8) | ConsumeQueue ts (8)| index ts (8)    |   store timestamps, ms
+    +------------------+--------------------+-----------------+
+    | CommitLog off (8)| ConsumeQueue off(8)| clean last (8)  |   CommitLog offsets
+    +------------------+--------------------+-----------------+
+
+* CommitLog offset: a record boundary up to which the CommitLog was forced to disk.
+* ConsumeQueue offset: a record boundary up to which every record's ConsumeQueue entry was forced.
+* clean last: after a clean stop, the offset of the log's last record (the log ends right after
+  it); -1 while the store runs. Normal recovery trusts the end it names once that record checks out.
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ import os
 import struct
 from pathlib import Path
 
-LAYOUT = struct.Struct(">qqq")  # commitlog | consumequeue | index store timestamps, ms
-assert LAYOUT.size == 24
+LAYOUT = struct.Struct(">qqqqqq")
+assert LAYOUT.size == 48
+TIMESTAMPS = struct.Struct(">qqq")  # the first version of the file
+assert TIMESTAMPS.size == 24
+
+NO_CLEAN_END = -1
 
 # Unclean recovery starts this far before the checkpoint, as RocketMQ does, to cover clock jitter.
 RECOVERY_MARGIN_MS = 3_000
@@ -26,6 +37,9 @@ class Checkpoint:
         self.commitlog_timestamp = 0
         self.consumequeue_timestamp = 0
         self.index_timestamp = 0
+        self.commitlog_offset = 0
+        self.consumequeue_offset = 0
+        self.clean_last_record = NO_CLEAN_END
         if path.exists():
             raw = path.read_bytes()
             if len(raw) >= LAYOUT.size:
@@ -33,15 +47,35 @@ class Checkpoint:
                     self.commitlog_timestamp,
                     self.consumequeue_timestamp,
                     self.index_timestamp,
+                    self.commitlog_offset,
+                    self.consumequeue_offset,
+                    self.clean_last_record,
                 ) = LAYOUT.unpack_from(raw)
+            elif len(raw) >= TIMESTAMPS.size:
+                (
+                    self.commitlog_timestamp,
+                    self.consumequeue_timestamp,
+                    self.index_timestamp,
+                ) = TIMESTAMPS.unpack_from(raw)
 
     def min_timestamp(self) -> int:
         """Where unclean recovery of the CommitLog and ConsumeQueues starts looking."""
         return max(0, min(self.commitlog_timestamp, self.consumequeue_timestamp) - RECOVERY_MARGIN_MS)
 
+    def min_offset(self) -> int:
+        """A record boundary from which unclean recovery can walk (0: not known)."""
+        return min(self.commitlog_offset, self.consumequeue_offset)
+
     def flush(self) -> None:
-        """Write all three timestamps and force them to disk in one 24-byte write."""
-        data = LAYOUT.pack(self.commitlog_timestamp, self.consumequeue_timestamp, self.index_timestamp)
+        """Write every field and force them to disk in one 48-byte write."""
+        data = LAYOUT.pack(
+            self.commitlog_timestamp,
+            self.consumequeue_timestamp,
+            self.index_timestamp,
+            self.commitlog_offset,
+            self.consumequeue_offset,
+            self.clean_last_record,
+        )
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, data, 0)

@@ -62,6 +62,9 @@ class CommitLog:
         # Next queue offset of every (topic, queue); rebuilt from the ConsumeQueues at start.
         self.queue_offsets: dict[QueueKey, int] = {}
         self.closed = True
+        # Offset of the newest record (what a clean stop records in the checkpoint); -1: none.
+        self.last_record_offset = -1
+        self.walk_end = 0
 
     @property
     def min_offset(self) -> int:
@@ -131,6 +134,7 @@ class CommitLog:
                     )
                 )
             mapped.last_store_timestamp = now
+            self.last_record_offset = physical_offset
             if self.on_batch is not None:
                 self.on_batch(records, results)
         return results
@@ -156,29 +160,37 @@ class CommitLog:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def walk(self, start_index: int) -> Iterator[tuple[int, CheckedRecord]]:
-        """Validate records from segment ``start_index`` on; yields (offset, record) for each message.
+    def walk(self, start_index: int, start_position: int = 0) -> Iterator[tuple[int, CheckedRecord]]:
+        """Validate records from segment ``start_index`` (at ``start_position``, a record boundary)
+        on; yields (offset, record) for each message.
 
-        Stops at the first record that is not valid; :attr:`walk_end` is then the end of the log.
+        Stops at the first record that is not valid; :attr:`walk_end` is then the end of the log and
+        :attr:`last_record_offset` the offset of the last valid record walked (-1 if none).
         """
         files = self.files.files
-        self.walk_end = files[start_index].file_from_offset if files else 0
-        for mapped in files[start_index:]:
-            view = mapped.view
-            base = mapped.file_from_offset
-            position = 0
-            while True:
-                checked = check_record(view, position, base + position)
-                if checked is None:
-                    self.walk_end = base + position
-                    return
-                if checked.size == 0:  # blank END_OF_FILE: the log continues in the next segment
-                    break
-                yield base + position, checked
-                position += checked.size
-                mapped.last_store_timestamp = checked.store_timestamp
-            self.walk_end = base + mapped.file_size
-        return
+        self.walk_end = files[start_index].file_from_offset + start_position if files else 0
+        last = -1
+        try:
+            for mapped in files[start_index:]:
+                view = mapped.view
+                base = mapped.file_from_offset
+                position = start_position
+                start_position = 0
+                while True:
+                    checked = check_record(view, position, base + position)
+                    if checked is None:
+                        self.walk_end = base + position
+                        return
+                    if checked.size == 0:  # blank END_OF_FILE: the log continues in the next segment
+                        break
+                    last = base + position
+                    yield last, checked
+                    position += checked.size
+                    mapped.last_store_timestamp = checked.store_timestamp
+                self.walk_end = base + mapped.file_size
+        finally:
+            if last >= 0:
+                self.last_record_offset = last
 
     def records_from(self, offset: int) -> Iterator[tuple[int, CheckedRecord]]:
         """Validate and yield (offset, record) for each message from ``offset`` (a record boundary)

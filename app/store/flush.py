@@ -51,6 +51,8 @@ class CommitLogFlusher:
         before = self.files.find(self.files.flushed_where)
         timestamp = before.last_store_timestamp if before is not None else 0
         self.files.flush(least_pages)
+        # A flush ends on a record boundary (or a segment's end): recovery may walk from there.
+        self.checkpoint.commitlog_offset = max(self.checkpoint.commitlog_offset, self.files.flushed_where)
         if timestamp:
             self.checkpoint.commitlog_timestamp = max(self.checkpoint.commitlog_timestamp, timestamp)
 
@@ -164,11 +166,14 @@ class ConsumeQueueFlushService(ServiceThread):
         self.thorough_ms = thorough_ms
         self.before_checkpoint = before_checkpoint
         self._last_thorough_ms = _now_ms()
-        # Set by the store: the store timestamp the ConsumeQueues cover once flushed.
+        # Set by the store: the store timestamp and the CommitLog offset (a record boundary) that the
+        # ConsumeQueues cover once flushed.
         self.covered_timestamp: Callable[[], int] = lambda: 0
+        self.covered_offset: Callable[[], int] = lambda: 0
 
     def flush_all(self, least_pages: int) -> None:
         covered = self.covered_timestamp()
+        covered_offset = self.covered_offset()
         for files in list(self.queues()):
             if least_pages == 0:
                 files.flush_all()
@@ -176,6 +181,8 @@ class ConsumeQueueFlushService(ServiceThread):
                 files.flush(least_pages)
         if least_pages == 0 and covered:
             self.checkpoint.consumequeue_timestamp = max(self.checkpoint.consumequeue_timestamp, covered)
+        if least_pages == 0:
+            self.checkpoint.consumequeue_offset = max(self.checkpoint.consumequeue_offset, covered_offset)
         self.before_checkpoint()
         self.checkpoint.flush()
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
-from app.store.checkpoint import Checkpoint
+from app.store.checkpoint import NO_CLEAN_END, Checkpoint
 from app.store.commit_log import CommitLog
 from app.store.config import FlushMode, StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
@@ -173,6 +173,9 @@ class MessageStore:
                 self.index_service.close()
             self.dir_lock.release()
             raise
+        # From here on a crash must not look like a clean stop: forget the clean end first.
+        self.checkpoint.clean_last_record = NO_CLEAN_END
+        self.checkpoint.flush()
         config.abort_path.touch()
         self.commitlog.open()
         self._start_services()
@@ -202,6 +205,7 @@ class MessageStore:
             config.flush_consumequeue_thorough_interval_ms,
         )
         self.consumequeue_flush.covered_timestamp = self._last_store_timestamp
+        self.consumequeue_flush.covered_offset = self._dispatched_offset
         self.consumequeue_flush.start()
         if self.index_service is not None:
             self.index_service.start()
@@ -237,6 +241,9 @@ class MessageStore:
             self.checkpoint.commitlog_timestamp, self._last_store_timestamp()
         )
         self.checkpoint.consumequeue_timestamp = self.checkpoint.commitlog_timestamp
+        end = self.commitlog.max_offset
+        self.checkpoint.commitlog_offset = self.checkpoint.consumequeue_offset = end
+        self.checkpoint.clean_last_record = self.commitlog.last_record_offset if end else NO_CLEAN_END
         self.checkpoint.flush()
         self.commitlog.close()
         for queue in self._all_queues():
@@ -547,6 +554,11 @@ class MessageStore:
     ) -> None:
         queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
         queue.put(queue_offset, physical_offset, size, tags_code)
+
+    def _dispatched_offset(self) -> int:
+        """The end of the log as far as every record before it has its ConsumeQueue entry."""
+        with self.commitlog.lock:  # an append dispatches each record just after it is written
+            return self.commitlog.max_offset
 
     def _last_store_timestamp(self) -> int:
         last = self.commitlog.files.last_file

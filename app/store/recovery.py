@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog, Dispatch, skips_consume_queue
 from app.store.consume_queue import ConsumeQueue
-from app.store.record import CheckedRecord
+from app.store.record import CheckedRecord, check_record
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,18 @@ def recover(
         for queue in queues.values():
             queue.truncate_after(0)
         return RecoveryReport(clean, 0, 0, 0, 0)
-    if clean:
-        start_index = max(0, len(files) - normal_segments)
-    else:
-        start_index = _unclean_start(commitlog, checkpoint.min_timestamp())
-    start_offset = files[start_index].file_from_offset
+    trusted_end = _clean_end(commitlog, checkpoint) if clean else None
+    if trusted_end is not None:
+        # A clean stop wrote everything and named its last record, which checks out: no walk.
+        commitlog.files.set_end(trusted_end)
+        truncated = _cut_past(queues.values(), trusted_end)
+        report = RecoveryReport(clean, trusted_end, trusted_end, 0, 0, queues_truncated=truncated)
+        log.info("recovered the CommitLog from the clean stop's checkpoint: %s", report)
+        return report
+    start_index, start_position = (
+        (max(0, len(files) - normal_segments), 0) if clean else _unclean_start(commitlog, checkpoint)
+    )
+    start_offset = files[start_index].file_from_offset + start_position
 
     checked = redispatched = 0
     lagging: dict[QueueKey, int] = {}
@@ -106,18 +113,15 @@ def recover(
 
     # Entries past the end hold queue offsets above every record the walk meets (a queue's offsets
     # grow with the log), so the walk can compare with the queues before they are cut.
-    for offset, record in commitlog.walk(start_index):
+    for offset, record in commitlog.walk(start_index, start_position):
         checked += 1
         if not skips_consume_queue(record.sysflag) and redispatch(offset, record, None):
             redispatched += 1
     end = commitlog.walk_end
     commitlog.files.set_end(end)
-    truncated = 0
-    for queue in queues.values():
-        if queue.max_physical_end > end:
-            queue.truncate_after(end)
-            next_offsets[(queue.topic, queue.queue_id)] = queue.max_offset
-            truncated += 1
+    truncated = _cut_past(queues.values(), end)
+    for key, queue in queues.items():
+        next_offsets[key] = queue.max_offset
 
     if lagging:
         log.warning("rebuilding %d ConsumeQueue(s) behind the CommitLog: %s", len(lagging), sorted(lagging))
@@ -147,11 +151,51 @@ def _rebuild_from(queue: ConsumeQueue | None, commitlog_min: int) -> int:
     return max(commitlog_min, queue.max_physical_end)
 
 
-def _unclean_start(commitlog: CommitLog, checkpoint_ms: int) -> int:
-    """Index of the last segment whose first record was stored at or before the checkpoint."""
+def _cut_past(queues: Iterable[ConsumeQueue], end: int) -> int:
+    """Cut the entries that point past ``end``; returns how many queues had some."""
+    truncated = 0
+    for queue in queues:
+        if queue.max_physical_end > end:
+            queue.truncate_after(end)
+            truncated += 1
+    return truncated
+
+
+def _clean_end(commitlog: CommitLog, checkpoint: Checkpoint) -> int | None:
+    """The end of the log a clean stop recorded, if its last record is still whole there and nothing
+    valid follows it; None when the log must be walked instead."""
+    last = checkpoint.clean_last_record
+    mapped = commitlog.files.find(last) if last >= 0 else None
+    if mapped is None:
+        return None
+    base = mapped.file_from_offset
+    record = check_record(mapped.view, last - base, last)
+    if record is None or record.size == 0:
+        return None
+    end = last + record.size
+    if check_record(mapped.view, end - base, end) is not None:
+        return None  # the log goes on past what the checkpoint names
+    commitlog.last_record_offset = last
+    return end
+
+
+def _unclean_start(commitlog: CommitLog, checkpoint: Checkpoint) -> tuple[int, int]:
+    """(segment index, position) where the walk after a crash starts.
+
+    The checkpoint's offsets name a record boundary below which the CommitLog and every ConsumeQueue
+    entry were on disk; without them (an older checkpoint), the last segment whose first record
+    was stored at or before the checkpoint's timestamps.
+    """
     files = commitlog.files.files
+    boundary = checkpoint.min_offset()
+    mapped = commitlog.files.find(boundary) if boundary > 0 else None
+    if mapped is not None:
+        position = boundary - mapped.file_from_offset
+        if check_record(mapped.view, position, boundary) is not None:
+            return files.index(mapped), position
+    checkpoint_ms = checkpoint.min_timestamp()
     for index in range(len(files) - 1, -1, -1):
         first = commitlog.first_store_timestamp(files[index])
         if first is not None and first <= checkpoint_ms:
-            return index
-    return 0
+            return index, 0
+    return 0, 0

@@ -31,7 +31,7 @@ from app.store import (
     decode_record,
 )
 from app.store import commit_log as commit_log_module
-from app.store.checkpoint import RECOVERY_MARGIN_MS, Checkpoint
+from app.store.checkpoint import NO_CLEAN_END, RECOVERY_MARGIN_MS, Checkpoint
 from app.store.consume_queue import UNIT
 from app.store.mapped_file import MappedFile, segment_name
 from app.store.record import (
@@ -189,6 +189,14 @@ def tail_is_zero(store_dir: Path, end: int) -> bool:
     return read_at(store_dir, end, FILE_SIZE - end % FILE_SIZE) == bytes(FILE_SIZE - end % FILE_SIZE)
 
 
+def lose_abort_file(store_dir: Path) -> None:
+    """A crash whose abort file is gone: the checkpoint still says the store was running (a start
+    clears the clean stop's end from it before it creates the abort file)."""
+    checkpoint = Checkpoint(store_dir / "checkpoint")
+    checkpoint.clean_last_record = NO_CLEAN_END
+    checkpoint.flush()
+
+
 def leave_abort_file(store_dir: Path) -> None:
     """A crash right after everything reached the disk: the data of a clean stop, plus the abort file."""
     (store_dir / "abort").touch()
@@ -268,7 +276,7 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("shutdown", ["clean", "crash"])
+@pytest.mark.parametrize("shutdown", ["abort file lost", "crash"])
 @pytest.mark.parametrize("damage_name", list(DAMAGE))
 def test_damaged_record_and_everything_after_it_are_cut(
     open_store: Callable[..., MessageStore], store_dir: Path, damage_name: str, shutdown: str
@@ -281,10 +289,12 @@ def test_damaged_record_and_everything_after_it_are_cut(
     damage(store_dir, victim)
     if shutdown == "crash":
         leave_abort_file(store_dir)
+    else:
+        lose_abort_file(store_dir)
 
     store = open_store(store_dir)
     assert store.recovery is not None
-    assert store.recovery.clean is (shutdown == "clean")
+    assert store.recovery.clean is (shutdown != "crash")
     assert store.recovery.end_offset == store.commitlog.max_offset == victim.physical_offset
     assert tail_is_zero(store_dir, victim.physical_offset), "the cut-off bytes were not zeroed"
     survivors = written[:-3]
@@ -496,7 +506,7 @@ def test_unclean_recovery_keeps_half_messages_out_of_the_consume_queues(
 # -- 3. ConsumeQueues that run past the end of the log ---------------------------------------------
 
 
-@pytest.mark.parametrize("shutdown", ["clean", "crash"])
+@pytest.mark.parametrize("shutdown", ["abort file lost", "crash"])
 @pytest.mark.parametrize("cut", ["inside a segment", "whole last segment"])
 def test_consume_queue_entries_past_the_end_of_the_log_are_truncated(
     open_store: Callable[..., MessageStore], store_dir: Path, cut: str, shutdown: str
@@ -515,6 +525,8 @@ def test_consume_queue_entries_past_the_end_of_the_log_are_truncated(
     zero_from(store_dir, cut_at)
     if shutdown == "crash":
         leave_abort_file(store_dir)
+    else:
+        lose_abort_file(store_dir)
     survivors = written[:index]
 
     store = open_store(store_dir)
@@ -544,6 +556,81 @@ def test_consume_queue_entries_past_the_end_of_the_log_are_truncated(
 # -- 4. where the recovery walk starts -------------------------------------------------------------
 
 
+def test_a_clean_stop_is_trusted_without_a_walk(
+    open_store: Callable[..., MessageStore], store_dir: Path
+) -> None:
+    store = open_store(store_dir)
+    written = fill_segments(store, 4)
+    end = store.commitlog.max_offset
+    store.close()
+
+    store = open_store(store_dir)
+    report = store.recovery
+    assert report is not None and report.clean
+    assert report.records_checked == 0 and report.end_offset == end == store.commitlog.max_offset
+    assert_holds_exactly(store, written)
+    added = assert_appends_continue(store, written, start=len(written))
+    store.close()
+    store = open_store(store_dir)
+    assert store.recovery is not None and store.recovery.records_checked == 0
+    assert_holds_exactly(store, written + added)
+
+
+def test_a_clean_stop_whose_last_record_is_torn_is_walked(
+    open_store: Callable[..., MessageStore], store_dir: Path
+) -> None:
+    store = open_store(store_dir)
+    written = fill_segments(store, 4)
+    store.close()
+    torn_second_half(store_dir, written[-1].result)
+
+    store = open_store(store_dir)
+    report = store.recovery
+    assert report is not None and report.clean and report.records_checked > 0
+    assert report.end_offset == written[-1].result.physical_offset
+    assert_holds_exactly(store, written[:-1])
+
+
+def test_a_running_store_is_never_taken_for_a_clean_stop(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+) -> None:
+    """A crash image without its abort file still walks: the start cleared the clean end."""
+    store = open_store(store_dir)
+    written = fill_segments(store, 3)
+    store.close()
+    store = open_store(store_dir)
+    written += write(store, 5, start=len(written))
+    image = crash_image(store, tmp_path / "image")
+    (image / "abort").unlink()
+    torn_second_half(image, written[-1].result)
+
+    recovered = open_store(image)
+    assert recovered.recovery is not None and recovered.recovery.records_checked > 0
+    assert_holds_exactly(recovered, written[:-1])
+
+
+def test_unclean_recovery_walks_from_the_checkpoint_boundary(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+) -> None:
+    """The checkpoint names a record boundary below which the log and the queues were on disk."""
+    store = open_store(store_dir, flush_interval_consumequeue_ms=HOUR_MS)
+    written = fill_segments(store, 3)
+    assert store.consumequeue_flush is not None
+    store.flusher.flush_all()
+    store.consumequeue_flush.flush_all(0)
+    boundary = store.checkpoint.min_offset()
+    assert boundary == store.commitlog.max_offset > 0
+    written += write(store, 7, start=len(written))
+    image = crash_image(store, tmp_path / "image")
+
+    recovered = open_store(image)
+    report = recovered.recovery
+    assert report is not None and not report.clean
+    assert report.start_offset == boundary
+    assert report.records_checked == 7
+    assert_holds_exactly(recovered, written)
+
+
 @pytest.mark.parametrize("segments_walked", [3, 1])
 def test_normal_recovery_walks_only_the_last_segments(
     open_store: Callable[..., MessageStore], store_dir: Path, segments_walked: int
@@ -551,6 +638,7 @@ def test_normal_recovery_walks_only_the_last_segments(
     store = open_store(store_dir)
     written = fill_segments(store, 6)
     store.close()
+    lose_abort_file(store_dir)  # no clean end to trust: the normal walk
     starts = [int(p.name) for p in commitlog_segments(store_dir)]
     assert len(starts) == 6
 
@@ -570,6 +658,7 @@ def test_normal_recovery_of_a_short_log_walks_it_all(
     store = open_store(store_dir)
     written = fill_segments(store, 2)
     store.close()
+    lose_abort_file(store_dir)
     store = open_store(store_dir)
     assert store.recovery is not None
     assert store.recovery.start_offset == 0
@@ -750,6 +839,7 @@ def test_recovery_killed_while_deleting_later_segments_leaves_an_openable_store(
     # A corrupt record in the third-last segment: recovery must delete the two segments after it.
     victim = next(w.result for w in written if w.result.physical_offset > 3 * FILE_SIZE + 200)
     flip_body_byte(store_dir, victim)
+    lose_abort_file(store_dir)
     assert len(commitlog_segments(store_dir)) == 6
 
     destroyed: list[str] = []

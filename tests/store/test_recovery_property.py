@@ -3,7 +3,9 @@
 Hypothesis builds store states the way crashes and lost pages leave them: the CommitLog's tail cut,
 zeroed or overwritten with garbage (later segments gone), ConsumeQueues ahead of the log (their pages
 reached the disk, the log's did not) or behind it (theirs did not, and the checkpoint says so), a
-stale or missing checkpoint, the abort file present or not. After recovery:
+stale or missing checkpoint, the abort file present or lost (a crashed run has cleared the clean
+stop's end from the checkpoint, so it still walks), or a clean stop (which flushed everything, so only
+the checkpoint may be stale or missing). After recovery:
 
 * every message whose record survived is served at its queue offset, byte for byte, and nothing else
   is: no entry resolves to another record, no read fails;
@@ -27,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.store import AppendResult, GetMessageStatus, Message, MessageStore, StoreConfig, decode_record
-from app.store.checkpoint import Checkpoint
+from app.store.checkpoint import NO_CLEAN_END, Checkpoint
 from app.store.consume_queue import UNIT
 from app.store.mapped_file import segment_name
 
@@ -73,7 +75,11 @@ class CrashState:
     cut_at: float  # where in the log the tail damage starts, as a share of its length
     queues_behind: dict[int, int]  # queue number (topic x queue) -> entries lost from its tail
     checkpoint: str  # "kept", "stale", "missing"
-    abort: bool
+    shutdown: str  # "clean", "crash", "crash, abort file lost"
+
+    @property
+    def crashed(self) -> bool:
+        return self.shutdown != "clean"
 
 
 crash_states = st.builds(
@@ -85,7 +91,7 @@ crash_states = st.builds(
     cut_at=st.floats(0.0, 1.0),
     queues_behind=st.dictionaries(st.integers(0, len(TOPICS) * QUEUES - 1), st.integers(1, 12), max_size=3),
     checkpoint=st.sampled_from(["kept", "stale", "missing"]),
-    abort=st.booleans(),
+    shutdown=st.sampled_from(["clean", "crash", "crash, abort file lost"]),
 )
 
 
@@ -117,7 +123,7 @@ def write_store(store_dir: Path, state: CrashState) -> list[Written]:
 
 def damage_tail(store_dir: Path, state: CrashState, end: int) -> int:
     """Damage the log from a point on; returns the new end of valid data (records before it)."""
-    if state.tail == "none" or end == 0:
+    if state.tail == "none" or end == 0 or not state.crashed:
         return end
     cut = min(int(end * state.cut_at), end - 1)
     rng = random.Random(state.seed ^ 0x5A5A)
@@ -145,19 +151,21 @@ def queue_keys() -> list[tuple[str, int]]:
     return [(topic, queue_id) for topic in TOPICS for queue_id in range(QUEUES)]
 
 
-def drop_queue_tails(store_dir: Path, state: CrashState, written: list[Written]) -> int | None:
+def drop_queue_tails(store_dir: Path, state: CrashState, written: list[Written]) -> Written | None:
     """Zero the last entries of some ConsumeQueues (their pages never reached the disk); returns the
-    store timestamp of the oldest record whose entry was lost, which the checkpoint must not pass."""
-    oldest: int | None = None
+    oldest message whose entry was lost, which the checkpoint must not pass."""
+    oldest: Written | None = None
+    if not state.crashed:
+        return None
     for number, lost in state.queues_behind.items():
         key = queue_keys()[number]
         mine = [w for w in written if w.key == key]
         if not mine:
             continue
         kept = max(0, len(mine) - lost)
-        if state.abort is False:
-            # A clean stop flushed every queue: only entries of the last segments can be missing,
-            # the ones normal recovery walks (tampering with older ones is beyond its promise).
+        if state.shutdown == "crash, abort file lost":
+            # Without the abort file the checkpoint's timestamps are not consulted: only entries of
+            # the last segments, the ones normal recovery walks, are taken to be missing.
             segments = sorted(int(p.name) for p in (store_dir / "commitlog").iterdir())
             walked_from = segments[max(0, len(segments) - 3)] if segments else 0
             while kept < len(mine) and mine[kept].result.physical_offset < walked_from:
@@ -172,24 +180,40 @@ def drop_queue_tails(store_dir: Path, state: CrashState, written: list[Written])
             if start < len(data):
                 data[start:] = bytes(len(data) - start)
                 path.write_bytes(bytes(data))
-        first_lost = mine[kept].result.store_timestamp
-        oldest = first_lost if oldest is None else min(oldest, first_lost)
+        first_lost = mine[kept]
+        if oldest is None or first_lost.result.physical_offset < oldest.result.physical_offset:
+            oldest = first_lost
     return oldest
 
 
 def set_checkpoint(
-    store_dir: Path, state: CrashState, written: list[Written], lost_from_ms: int | None
+    store_dir: Path, state: CrashState, written: list[Written], valid_end: int, lost: Written | None
 ) -> None:
     path = store_dir / "checkpoint"
-    if state.checkpoint == "missing" or (lost_from_ms is not None and state.abort and not written):
+    if state.checkpoint == "missing":
         path.unlink(missing_ok=True)
         return
     checkpoint = Checkpoint(path)
     if state.checkpoint == "stale":
         checkpoint.commitlog_timestamp = checkpoint.consumequeue_timestamp = written[0].result.store_timestamp
-    if lost_from_ms is not None:
+        checkpoint.commitlog_offset = checkpoint.consumequeue_offset = 0
+    if state.crashed:
+        # The run that crashed cleared the clean stop's end when it started, and its checkpoints
+        # named a record boundary that had reached the disk: some boundary before the lost tail.
+        checkpoint.clean_last_record = NO_CLEAN_END
+        if state.checkpoint == "kept":
+            boundaries = [0] + [w.result.end_offset for w in written if w.result.end_offset <= valid_end]
+            boundary = random.Random(state.seed).choice(boundaries)
+            checkpoint.commitlog_offset = checkpoint.consumequeue_offset = boundary
+            checkpoint.commitlog_timestamp = checkpoint.consumequeue_timestamp = max(
+                [w.result.store_timestamp for w in written if w.result.end_offset <= boundary], default=0
+            )
+    if lost is not None:
         # The ConsumeQueue flush that would have covered the lost entries never finished.
-        checkpoint.consumequeue_timestamp = min(checkpoint.consumequeue_timestamp, lost_from_ms - 1)
+        checkpoint.consumequeue_timestamp = min(
+            checkpoint.consumequeue_timestamp, lost.result.store_timestamp - 1
+        )
+        checkpoint.consumequeue_offset = min(checkpoint.consumequeue_offset, lost.result.physical_offset)
     checkpoint.flush()
 
 
@@ -262,9 +286,9 @@ def test_recovery_serves_exactly_what_survived(state: CrashState) -> None:
         written = write_store(store_dir, state)
         end = written[-1].result.end_offset
         valid_end = damage_tail(store_dir, state, end)
-        lost_from_ms = drop_queue_tails(store_dir, state, written)
-        set_checkpoint(store_dir, state, written, lost_from_ms)
-        if state.abort:
+        lost = drop_queue_tails(store_dir, state, written)
+        set_checkpoint(store_dir, state, written, valid_end, lost)
+        if state.shutdown == "crash":
             (store_dir / "abort").touch()
         check_recovered(store_dir, written, valid_end)
 
@@ -272,7 +296,7 @@ def test_recovery_serves_exactly_what_survived(state: CrashState) -> None:
 def test_the_states_include_queues_ahead_of_and_behind_the_log() -> None:
     """A guard on the generator itself: the interesting states are reachable."""
     kinds: dict[str, Any] = {}
-    state = CrashState(60, 7, 2, "zero", 0.5, {0: 5}, "kept", True)
+    state = CrashState(60, 7, 2, "zero", 0.5, {0: 5}, "kept", "crash")
     with tempfile.TemporaryDirectory() as tmp:
         store_dir = Path(tmp) / "store"
         written = write_store(store_dir, state)
