@@ -77,7 +77,7 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.NOT_FOUND: "No such path.",
     ErrorCode.TOPIC_NOT_FOUND: "The topic does not exist.",
     ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",
-    ErrorCode.MESSAGE_NOT_FOUND: "No message has that id or key.",
+    ErrorCode.MESSAGE_NOT_FOUND: "No message has that id or key; an id of another broker names it in `owner`.",
     ErrorCode.GROUP_NOT_FOUND: "The consumer group has no offsets.",
     ErrorCode.CLUSTER_NOT_FOUND: "No live master broker in the named cluster or broker list.",
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
