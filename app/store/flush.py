@@ -15,6 +15,7 @@ A request is answered once; the later answer is dropped.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -40,10 +41,9 @@ class FlushRequest:
 
 
 def _answer(request: FlushRequest, done: bool) -> None:
-    try:
+    # The watchdog or the flush thread may have answered it first.
+    with contextlib.suppress(InvalidStateError):
         request.future.set_result(done)
-    except InvalidStateError:  # the watchdog or the flush thread answered it first
-        pass
 
 
 class FlushDeadlineWatchdog(ServiceThread):
