@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     broker_expiry_s: float = Field(120.0, gt=0)
     expiry_scan_interval_s: float = Field(10.0, gt=0)
     database_auto_upgrade: bool = True
+    database_timeout_s: float = Field(5.0, gt=0)
 
     # Storage (SPEC 1).
     flush_mode: FlushMode = FlushMode.ASYNC

@@ -14,6 +14,7 @@ from app.api import admin, cluster, groups, lookup, messages, topics
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
+from app.api.schemas import ErrorEnvelope
 from app.api.ws import router as ws_router
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
@@ -54,7 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Loading and recovery read the disk: keep them off the event loop.
         await asyncio.to_thread(store.open)
         topic_configs = TopicConfigManager(settings.store_config().config_dir / "topics.json")
-        engine = make_engine(settings.resolved_database_url)
+        engine = make_engine(settings.resolved_database_url, settings.database_timeout_s)
         try:
             await asyncio.to_thread(ensure_schema, engine, settings.database_auto_upgrade)
             routing = RoutingService(
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.heartbeat_interval_s,
                 settings.broker_expiry_s,
                 settings.expiry_scan_interval_s,
+                settings.database_timeout_s,
             )
             await routing.start()
         except BaseException:
@@ -111,11 +113,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], summary="Readiness: the store is recovered and writable")
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="Readiness: the store is recovered and writable, and the route registry answers",
+        responses={503: {"model": ErrorEnvelope}},
+    )
     async def readyz() -> JSONResponse:
         broker: Broker | None = app.state.broker
         if broker is None or not broker.store.is_open:
             return error_response(ErrorCode.NOT_READY, "the store is not open")  # type: ignore[return-value]
+        routing = broker.routing
+        if routing is not None and not await routing.available():
+            return error_response(  # type: ignore[return-value]
+                ErrorCode.REGISTRY_UNAVAILABLE,
+                f"the route registry cannot be reached ({routing.last_error}); "
+                "produce and pull on this broker's topics go on",
+            )
         return JSONResponse({"status": "ready"})
 
     @app.get("/v1/stats", tags=["health"], summary="Broker counters: held pulls, topics, CommitLog offsets")

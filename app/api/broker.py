@@ -134,8 +134,18 @@ class Broker:
             )
         return config
 
+    async def require_registry(self) -> None:
+        """Raise RegistryUnavailableError (503) before a change the route registry must take."""
+        if self.routing is not None:
+            await self.routing.require()
+
     async def topics_changed(self) -> None:
         if self.routing is not None:
+            await self.routing.topics_changed()
+
+    async def topics_published(self) -> None:
+        """Publish a topic change that a failed publication left for the next heartbeat."""
+        if self.routing is not None and not self.routing.published:
             await self.routing.topics_changed()
 
     # -- producing -------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
@@ -25,20 +24,25 @@ def _routing(broker: BrokerDep) -> RoutingService:
     "/topics/{topic}/route",
     response_model=TopicRoute,
     summary="A topic's route: queue data per broker and the brokers' addresses",
-    responses={404: {"model": ErrorEnvelope}},
+    responses={404: {"model": ErrorEnvelope}, 503: {"model": ErrorEnvelope}},
 )
 async def topic_route(
     topic: Annotated[str, Path(min_length=1, max_length=255)], broker: BrokerDep
 ) -> dict[str, Any]:
     routing = _routing(broker)
-    route = await asyncio.to_thread(routing.registry.topic_route, topic)
+    route = await routing.topic_route(topic)
     if route is None:
         raise ApiError(ErrorCode.TOPIC_NOT_FOUND, f"no broker serves topic {topic!r}")
     return route
 
 
-@router.get("/clusters", response_model=ClusterList, summary="Clusters, their brokers and liveness")
+@router.get(
+    "/clusters",
+    response_model=ClusterList,
+    summary="Clusters, their brokers and liveness",
+    responses={503: {"model": ErrorEnvelope}},
+)
 async def clusters(broker: BrokerDep) -> dict[str, Any]:
     routing = _routing(broker)
-    found = await asyncio.to_thread(routing.registry.clusters, routing.expiry_s)
+    found = await routing.clusters()
     return {"clusters": found}

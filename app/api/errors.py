@@ -1,7 +1,7 @@
 """The one error envelope, ``{"error_code": 40402, "message": "..."}``, and every code Wharf answers.
 
-The HTTP status is always ``error_code // 100``. Store faults are translated in one table,
-:data:`STORE_ERRORS`; a test fails when a store error class is missing from it.
+The HTTP status is always ``error_code // 100``. Store and route registry faults are translated in
+one table, :data:`STORE_ERRORS`; a test fails when a store error class is missing from it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from app.routing.errors import RegistryUnavailableError
 from app.store import errors as store_errors
 from app.store.filter import FilterExpressionError
 
@@ -54,6 +55,7 @@ class ErrorCode(enum.IntEnum):
     INTERNAL_ERROR = 50001
     NOT_READY = 50301
     STORE_CLOSED = 50302
+    REGISTRY_UNAVAILABLE = 50303
     DISK_FULL = 50701
 
     @property
@@ -77,7 +79,7 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.NOT_FOUND: "No such path.",
     ErrorCode.TOPIC_NOT_FOUND: "The topic does not exist.",
     ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",
-    ErrorCode.MESSAGE_NOT_FOUND: "No message has that id or key.",
+    ErrorCode.MESSAGE_NOT_FOUND: "No message has that id or key; an id of another broker names it in `owner`.",
     ErrorCode.GROUP_NOT_FOUND: "The consumer group has no offsets.",
     ErrorCode.CLUSTER_NOT_FOUND: "No live master broker in the named cluster or broker list.",
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
@@ -94,6 +96,8 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.INTERNAL_ERROR: "An unexpected fault; it is logged. Please report it.",
     ErrorCode.NOT_READY: "The broker is starting or stopping.",
     ErrorCode.STORE_CLOSED: "The store is closed.",
+    ErrorCode.REGISTRY_UNAVAILABLE: "The route registry's database cannot be reached: routes, clusters, topic "
+    "creation and deletion, and unknown topics wait for it; produce and pull on this broker's topics go on.",
     ErrorCode.DISK_FULL: "The store's disk is over its refuse-writes ratio; reads keep working.",
 }
 
@@ -130,6 +134,7 @@ STORE_ERRORS: list[tuple[type[Exception], ErrorCode]] = [
     (store_errors.StoreLockedError, ErrorCode.INTERNAL_ERROR),
     (store_errors.StoreError, ErrorCode.INTERNAL_ERROR),
     (FilterExpressionError, ErrorCode.INVALID_TAG_EXPRESSION),
+    (RegistryUnavailableError, ErrorCode.REGISTRY_UNAVAILABLE),
 ]
 
 
@@ -195,6 +200,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(store_errors.StoreError, store_error)
     app.add_exception_handler(FilterExpressionError, store_error)
+    app.add_exception_handler(RegistryUnavailableError, store_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)

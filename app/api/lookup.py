@@ -1,4 +1,9 @@
-"""Message lookup: by message id (no index needed: the id names the CommitLog offset) and by key."""
+"""Message lookup: by message id (no index needed: the id names the CommitLog offset) and by key.
+
+A message id names the broker that stored the message (its STOREHOST, the address it advertises)
+as well as the offset. An id of another broker is answered 404 with that broker's address in
+``owner``: the offset means nothing in this broker's CommitLog, so it is never read here.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import ErrorEnvelope, MessageList, MessageOut
 from app.api.topics import BrokerDep, TopicName
 from app.store import parse_message_id
+from app.store.record import POS_STOREHOST, decode_host
 
 router = APIRouter(prefix="/v1", tags=["messages"])
 
@@ -22,18 +28,35 @@ MAX_KEY_RESULTS = 1000
     "/messages/{msg_id}",
     response_model=MessageOut,
     summary="Look a message up by its id",
-    responses={400: {"model": ErrorEnvelope}, 404: {"model": ErrorEnvelope}},
+    responses={
+        400: {"model": ErrorEnvelope},
+        404: {
+            "model": ErrorEnvelope,
+            "description": "No such message here; for an id of another broker, `owner` is its host:port",
+        },
+    },
 )
 def get_message(
     msg_id: Annotated[str, Path(description="32 hexadecimal digits: store host and CommitLog offset")],
     broker: BrokerDep,
 ) -> dict[str, Any]:
     try:
-        _, _, physical_offset = parse_message_id(msg_id)
+        host, port, physical_offset = parse_message_id(msg_id)
     except ValueError as exc:
         raise ApiError(ErrorCode.INVALID_MESSAGE_ID, f"message id {msg_id!r} is not valid: {exc}") from None
-    raw = broker.store.read_record(physical_offset)
-    if raw is None:
+    store = broker.store
+    store_host = bytes.fromhex(msg_id[:16])
+    if store_host != store.store_host:
+        owner = f"{host}:{port}"
+        here = "{}:{}".format(*decode_host(store.store_host))
+        raise ApiError(
+            ErrorCode.MESSAGE_NOT_FOUND,
+            f"message {msg_id} was stored by the broker at {owner}, not by this one ({here}): ask {owner}",
+            extra={"owner": owner},
+        )
+    raw = store.read_record(physical_offset)
+    # A record written under an earlier address of this store is not the message this id names.
+    if raw is None or raw[POS_STOREHOST : POS_STOREHOST + len(store_host)] != store_host:
         raise ApiError(ErrorCode.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")
     return record_to_json(raw)
 

@@ -186,6 +186,9 @@ class GroupOffsets(BaseModel):
 class ErrorEnvelope(BaseModel):
     error_code: int = Field(description="HTTP status x 100 + a detail number; see the error table.")
     message: str
+    owner: str | None = Field(
+        None, description="40404 for an id of another broker: that broker's host:port, to ask instead"
+    )
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"error_code": 40402, "message": "topic 'x' not found"}]}

@@ -49,7 +49,9 @@ async def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[s
                 ErrorCode.TOPIC_EXISTS,
                 f"topic {wanted.name!r} exists with another configuration: {topic_out(existing)}",
             )
+        await broker.topics_published()  # a create repeated after a 503 answers once it is published
         return 200, topic_out(existing)
+    await broker.require_registry()
     broker.topics.put(wanted)
     await broker.topics_changed()
     return 201, topic_out(wanted)
@@ -59,7 +61,7 @@ async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig)
     routing = broker.routing
     if routing is None:
         raise ApiError(ErrorCode.BAD_REQUEST, "this broker has no route registry")
-    targets = await asyncio.to_thread(routing.registry.masters, body.cluster, body.brokers)
+    targets = await routing.masters(body.cluster, body.brokers)
     if not targets:
         where = f"cluster {body.cluster!r}" if body.cluster else f"brokers {body.brokers}"
         raise ApiError(ErrorCode.CLUSTER_NOT_FOUND, f"no live master in {where}")
@@ -103,6 +105,7 @@ async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig)
         404: {"model": ErrorEnvelope},
         409: {"model": ErrorEnvelope},
         422: {"model": ErrorEnvelope},
+        503: {"model": ErrorEnvelope},
     },
 )
 async def create_topic(body: TopicCreate, broker: BrokerDep, response: Response) -> dict[str, Any]:
@@ -127,15 +130,21 @@ def list_topics(broker: BrokerDep) -> dict[str, Any]:
     response_model=TopicOut,
     response_model_exclude_none=True,
     summary="Describe a topic",
-    responses={404: {"model": ErrorEnvelope}, 421: {"model": ErrorEnvelope}},
+    responses={404: {"model": ErrorEnvelope}, 421: {"model": ErrorEnvelope}, 503: {"model": ErrorEnvelope}},
 )
 async def get_topic(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
     return topic_out(await broker.topic(topic))
 
 
-@router.delete("/{topic}", status_code=204, summary="Delete a topic and its queues on this broker")
+@router.delete(
+    "/{topic}",
+    status_code=204,
+    summary="Delete a topic and its queues on this broker",
+    responses={404: {"model": ErrorEnvelope}, 503: {"model": ErrorEnvelope}},
+)
 async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
     await broker.topic(topic)
+    await broker.require_registry()
     broker.topics.delete(topic)
     await asyncio.to_thread(broker.store.delete_topic, topic)
     await broker.topics_changed()

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -143,6 +143,11 @@ class RouteRegistry:
         session.execute(delete(TopicRow).where(TopicRow.name.not_in(used)))
 
     # -- queries ---------------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """One round trip to the database: raises when it cannot be reached."""
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
 
     def topic_route(self, topic: str) -> dict[str, Any] | None:
         """RocketMQ's TopicRouteData: queue data per broker name and the brokers' addresses."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from alembic import command
@@ -17,12 +18,20 @@ class SchemaOutOfDateError(RuntimeError):
     """The database schema is not at the newest migration and upgrading was not allowed."""
 
 
-def make_engine(url: str) -> Engine:
+# libpq rounds a connect timeout under 2 s up to 2 s.
+MIN_CONNECT_TIMEOUT_S = 2
+
+
+def make_engine(url: str, timeout_s: float = 5.0) -> Engine:
+    """An engine whose every wait is bounded by ``timeout_s``: connecting, taking a pooled
+    connection, a statement on the server, a lock, and unacknowledged TCP data."""
     if url.startswith("sqlite"):
         database = url.split("///", 1)[-1]
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(
+            url, pool_timeout=timeout_s, connect_args={"timeout": timeout_s, "check_same_thread": False}
+        )
 
         @event.listens_for(engine, "connect")
         def _pragmas(connection, _record):  # type: ignore[no-untyped-def]
@@ -32,7 +41,26 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    timeout_ms = max(1, int(timeout_s * 1000))
+    connect_args: dict[str, object] = {}
+    if url.startswith("postgresql"):
+        connect_args = {
+            "connect_timeout": max(MIN_CONNECT_TIMEOUT_S, math.ceil(timeout_s)),
+            "options": f"-c statement_timeout={timeout_ms} -c lock_timeout={timeout_ms}",
+            "tcp_user_timeout": timeout_ms,
+            "keepalives": 1,
+            "keepalives_idle": max(1, math.ceil(timeout_s)),
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+        }
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=5,
+        max_overflow=5,
+        pool_timeout=timeout_s,
+        connect_args=connect_args,
+    )
 
 
 def alembic_config() -> Config:

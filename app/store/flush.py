@@ -6,14 +6,21 @@ flush thread swaps the write list and the read list under a short lock, forces t
 One ``fdatasync`` thus acknowledges every producer that arrived while the previous one ran.
 Requests are ``concurrent.futures.Future`` objects: threads wait on ``result()``, asyncio code
 awaits ``asyncio.wrap_future`` without blocking its loop.
+
+Every request is answered by its deadline (``sync_flush_timeout_ms``), whatever the disk does: the
+flush thread answers False for a request it could not bring to disk in time, and a watchdog thread
+answers False for requests the flush thread cannot reach because it is stuck inside ``fdatasync``.
+A request is answered once; the later answer is dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from app.store.checkpoint import Checkpoint
 from app.store.mapped_file_queue import MappedFileQueue
@@ -31,6 +38,46 @@ class FlushRequest:
         self.next_offset = next_offset
         self.deadline_ms = deadline_ms
         self.future: Future[bool] = Future()
+
+
+def _answer(request: FlushRequest, done: bool) -> None:
+    # The watchdog or the flush thread may have answered it first.
+    with contextlib.suppress(InvalidStateError):
+        request.future.set_result(done)
+
+
+class FlushDeadlineWatchdog(ServiceThread):
+    """Answers False, at its deadline, every request still unanswered: it never touches the disk,
+    so a flush thread stuck inside ``fdatasync`` cannot keep a producer waiting past the timeout."""
+
+    name = "group-commit-watchdog"
+
+    def __init__(self, timeout_ms: int) -> None:
+        super().__init__(timeout_ms / 1000)
+        self.timeout_ms = timeout_ms
+        self._lock = threading.Lock()
+        # Deadlines are now + one fixed timeout, so arrival order is deadline order.
+        self._pending: deque[FlushRequest] = deque()
+
+    def watch(self, request: FlushRequest) -> None:
+        with self._lock:
+            pending = self._pending
+            while pending and pending[0].future.done():  # answered by the flush thread in time
+                pending.popleft()
+            pending.append(request)
+
+    def run_once(self) -> None:
+        now = _now_ms()
+        overdue = []
+        with self._lock:
+            pending = self._pending
+            while pending and (pending[0].future.done() or pending[0].deadline_ms <= now):
+                overdue.append(pending.popleft())
+            next_deadline = pending[0].deadline_ms if pending else now + self.timeout_ms
+        # Sleep until the oldest deadline; a request made meanwhile has a later one.
+        self.interval_s = max(next_deadline - now, 1) / 1000
+        for request in overdue:
+            _answer(request, False)
 
 
 class CommitLogFlusher:
@@ -68,6 +115,16 @@ class GroupCommitService(ServiceThread):
         self._write: list[FlushRequest] = []
         self._read: list[FlushRequest] = []
         self._drained = False
+        self.watchdog = FlushDeadlineWatchdog(timeout_ms)
+
+    def start(self) -> None:
+        self.watchdog.start()
+        super().start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        super().stop(timeout_s)
+        # Last: it answers whoever the drain could not, should the disk hang during the drain.
+        self.watchdog.stop(timeout_s)
 
     def request(self, next_offset: int) -> Future[bool]:
         """A future that becomes True when the CommitLog is on disk up to ``next_offset``,
@@ -76,6 +133,7 @@ class GroupCommitService(ServiceThread):
         with self._lock:
             if not self._drained:
                 self._write.append(request)
+                self.watchdog.watch(request)
                 self.wakeup()
                 return request.future
         # The service has stopped: answer from the disk as it is, after one more flush.
@@ -94,6 +152,8 @@ class GroupCommitService(ServiceThread):
             return
         files = self.flusher.files
         for request in requests:
+            if request.future.done():  # timed out by the watchdog while the disk was stuck
+                continue
             # A request can span two segments: at most two flushes bring it to disk.
             for _ in range(2):
                 if files.flushed_where >= request.next_offset:
@@ -104,7 +164,7 @@ class GroupCommitService(ServiceThread):
                 with self._lock:  # not there yet: retry on the next pass
                     self._write.append(request)
                 continue
-            request.future.set_result(done)
+            _answer(request, done)
         requests.clear()
 
     def on_stop(self) -> None:
@@ -115,8 +175,7 @@ class GroupCommitService(ServiceThread):
             pending = self._write + self._read
             self._write, self._read = [], []
         for request in pending:
-            if not request.future.done():
-                request.future.set_result(self.flusher.files.flushed_where >= request.next_offset)
+            _answer(request, self.flusher.files.flushed_where >= request.next_offset)
 
 
 class AsyncFlushService(ServiceThread):

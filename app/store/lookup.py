@@ -40,8 +40,8 @@ class MessageLookup:
             raw = bytes.fromhex(msg_id)
         except ValueError:
             return None
-        if len(raw) != 16:
-            return None
+        if len(raw) != 16 or raw[:8] != self.commitlog.store_host:
+            return None  # another broker's offset means nothing in this CommitLog: never read it
         message = self.look_message(int.from_bytes(raw[8:], "big"))
         if message is None or message.store_host != raw[:8]:
             return None

@@ -10,6 +10,7 @@ import pytest
 from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.api.errors import STORE_ERRORS, ErrorCode, code_for
 from app.store import errors as store_errors
+from app.store.record import encode_host
 
 
 def assert_error(response: httpx.Response, code: ErrorCode) -> dict:
@@ -107,7 +108,8 @@ def test_unknown_things(client: httpx.Client, topic: str) -> None:
     assert_error(client.get("/v1/topics/never-made/queues/0/messages?offset=0"), ErrorCode.TOPIC_NOT_FOUND)
     assert_error(client.get(f"/v1/topics/{topic}/queues/4/messages?offset=0"), ErrorCode.QUEUE_NOT_FOUND)
     assert_error(client.get(f"/v1/topics/{topic}/queues/x/messages?offset=0"), ErrorCode.VALIDATION_FAILED)
-    assert_error(client.get("/v1/messages/" + "0" * 32), ErrorCode.MESSAGE_NOT_FOUND)
+    own_host = encode_host("127.0.0.1", client.base_url.port or 0).hex().upper()
+    assert_error(client.get(f"/v1/messages/{own_host}7FFFFFFFFFFFFFFF"), ErrorCode.MESSAGE_NOT_FOUND)
     assert_error(client.get("/v1/messages/xyz"), ErrorCode.INVALID_MESSAGE_ID)
     assert_error(client.get("/v1/nowhere"), ErrorCode.NOT_FOUND)
     assert_error(client.delete("/v1/topics/never-made"), ErrorCode.TOPIC_NOT_FOUND)

@@ -1,4 +1,4 @@
-"""Looking messages up by key through the index, and the manual retention trigger."""
+"""Looking messages up by id and by key through the index, and the manual retention trigger."""
 
 from __future__ import annotations
 
@@ -7,7 +7,32 @@ import time
 import httpx
 
 from app.api.errors import ErrorCode
+from app.store.record import encode_host
 from tests.api.test_errors import assert_error
+
+
+def test_an_id_of_this_broker_finds_its_message(client: httpx.Client, topic: str) -> None:
+    result = client.post(f"/v1/topics/{topic}/messages", json={"body": "mine"}).json()["results"][0]
+    found = client.get(f"/v1/messages/{result['msg_id']}")
+    assert found.status_code == 200, found.text
+    assert found.json()["body"] == "mine" and found.json()["msg_id"] == result["msg_id"]
+
+
+def test_an_id_of_another_broker_names_its_owner_and_never_answers_a_local_message(
+    client: httpx.Client, topic: str
+) -> None:
+    result = client.post(f"/v1/topics/{topic}/messages", json={"body": "local"}).json()["results"][0]
+    offset = result["msg_id"][16:]  # a physical offset that does hold a record here
+    port = client.base_url.port or 0
+    for host, other_port in (("10.1.2.3", 9876), ("127.0.0.1", port + 1)):
+        other_id = encode_host(host, other_port).hex().upper() + offset
+        answer = client.get(f"/v1/messages/{other_id}")
+        body = answer.json()
+        assert answer.status_code == 404, body
+        assert body["error_code"] == ErrorCode.MESSAGE_NOT_FOUND
+        assert body["owner"] == f"{host}:{other_port}"
+        assert f"{host}:{other_port}" in body["message"]
+        assert "body" not in body
 
 
 def test_query_by_key_newest_first(client: httpx.Client, topic: str) -> None:

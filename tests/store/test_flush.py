@@ -206,6 +206,29 @@ def test_a_disk_that_makes_no_progress_times_out(make_store: StoreFactory) -> No
     assert [m.body for m in store.read_messages("orders", 0, 0)] == [b"a", b"b"]
 
 
+def test_a_flush_stuck_in_the_disk_still_answers_at_the_deadline(make_store: StoreFactory) -> None:
+    """The flush thread hangs inside the disk call: every waiting producer, the one whose flush hangs
+    and the ones queued behind it, is answered False at its deadline, before the disk returns."""
+    store = sync_store(make_store, flusher=gated, sync_flush_timeout_ms=200)
+    flusher = store.flusher
+    assert isinstance(flusher, GatedFlusher)
+    flusher.gate_timeout_s = 60  # longer than the test may take: only the deadline can answer
+
+    try:
+        in_flight = store.durable(store.append([message(body=b"first")]))
+        assert flusher.entered.wait(10), "the group commit never started a flush"
+        queued = [store.durable(store.append([message(body=f"queued-{i}".encode())])) for i in range(3)]
+
+        assert [future.result(timeout=10) for future in [in_flight, *queued]] == [False] * 4
+        assert [r.status for r in store.put([message(body=b"put")])] == [PutStatus.FLUSH_DISK_TIMEOUT]
+        assert not flusher.timed_out  # the disk is still stuck
+    finally:
+        # The disk comes back: the flush thread survives the requests answered without it.
+        flusher.gate.set()
+    assert [r.status for r in store.put([message(body=b"after")])] == [PutStatus.PUT_OK]
+    assert flushed_where(store) == store.commitlog.max_offset
+
+
 def test_put_async_times_out_too(make_store: StoreFactory) -> None:
     store = sync_store(make_store, flusher=stalled, sync_flush_timeout_ms=100)
     results = asyncio.run(store.put_async([message()]))

@@ -16,7 +16,7 @@ code  meaning
 4409  the topic's permission forbids reading (subscribe) or writing (produce)
 4421  this broker does not host the topic; the reason names brokers that do
 4500  unexpected fault; it is logged
-4503  the broker is starting or its store is closed
+4503  the broker is starting, its store is closed, or the route registry cannot be reached
 ====  =================================================================================
 """
 
@@ -33,6 +33,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode, code_for
+from app.routing.errors import RegistryUnavailableError
 from app.store import errors as store_errors
 from app.store.filter import FilterExpressionError
 
@@ -75,7 +76,7 @@ def close_for(error: BaseException) -> WsClose:
         return error
     if isinstance(error, ApiError):
         return WsClose.from_error(error.code, error.message)
-    if isinstance(error, store_errors.StoreError | FilterExpressionError):
+    if isinstance(error, store_errors.StoreError | FilterExpressionError | RegistryUnavailableError):
         code = code_for(error)
         if code is ErrorCode.INTERNAL_ERROR:
             log.error("store fault on a WebSocket", exc_info=error)
