@@ -415,7 +415,7 @@ def run_producers(
                 started = clock()
                 if own_fsync:
                     result = store.append(batch)[0]
-                    segment = store.commitlog.segment_at(result.physical_offset)
+                    segment = store.commitlog.files.find(result.physical_offset)
                     assert segment is not None
                     os.fdatasync(segment.fd)
                 else:
