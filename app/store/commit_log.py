@@ -160,9 +160,12 @@ class CommitLog:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def walk(self, start_index: int, start_position: int = 0) -> Iterator[tuple[int, CheckedRecord]]:
+    def walk(
+        self, start_index: int, start_position: int = 0, with_properties: bool = True
+    ) -> Iterator[tuple[int, CheckedRecord]]:
         """Validate records from segment ``start_index`` (at ``start_position``, a record boundary)
-        on; yields (offset, record) for each message.
+        on; yields (offset, record) for each message (see :func:`check_record` for
+        ``with_properties``).
 
         Stops at the first record that is not valid; :attr:`walk_end` is then the end of the log and
         :attr:`last_record_offset` the offset of the last valid record walked (-1 if none).
@@ -177,7 +180,7 @@ class CommitLog:
                 position = start_position
                 start_position = 0
                 while True:
-                    checked = check_record(view, position, base + position)
+                    checked = check_record(view, position, base + position, with_properties)
                     if checked is None:
                         self.walk_end = base + position
                         return

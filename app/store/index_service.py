@@ -10,7 +10,8 @@ file before rolling on) and then records the file's end timestamp as the checkpo
 timestamp. After an unclean stop, :meth:`IndexService.load` drops the files whose header is newer than
 that timestamp and rolls the last one back to its header (or drops it when it cannot);
 :meth:`IndexService.trim` drops files that cover CommitLog bytes recovery cut off; and
-:meth:`IndexService.rebuild` indexes the CommitLog again from where the kept files end.
+:meth:`IndexService.rebuild` indexes the CommitLog again from where the kept files end, on the index
+thread before anything appended since (start-up does not wait for it; a lookup does).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class IndexService(ServiceThread):
         # What the last start-up did: files dropped as untrustworthy, messages indexed again.
         self.dropped_files: list[str] = []
         self.rebuilt_messages = 0
+        self._rebuild_source: tuple[CommitLog, int] | None = None
         self._last_flush_s = time.monotonic()
 
     @property
@@ -153,14 +155,24 @@ class IndexService(ServiceThread):
             index.mapped.destroy()
         return [index.name for index in doomed]
 
-    def rebuild(self, commitlog: CommitLog) -> int:
-        """Index the CommitLog from where the last file's coverage ends; returns messages seen."""
+    def schedule_rebuild(self, commitlog: CommitLog, until: int) -> None:
+        """Have the index thread index the CommitLog up to ``until`` (the end recovery found) before
+        any batch appended since: start-up does not wait for it, and a query waits for it as for
+        any batch submitted before the query."""
+        self._rebuild_source = (commitlog, until)
+        self._submitted += 1
+
+    def rebuild(self, commitlog: CommitLog, until: int | None = None) -> int:
+        """Index the CommitLog from where the last file's coverage ends (up to ``until``); returns
+        messages seen."""
         current = self.current
         start = current.end_offset if current is not None else commitlog.min_offset
         seen = 0
         records: list[CheckedRecord] = []
         placements: list[Placed] = []
         for offset, record in commitlog.records_from(start):
+            if until is not None and offset >= until:
+                break
             records.append(record)
             placements.append(Placed(offset, record.size, record.store_timestamp))
             if len(records) >= REBUILD_CHUNK:
@@ -196,6 +208,14 @@ class IndexService(ServiceThread):
         pending = self._pending
         drained = False
         try:
+            if self._rebuild_source is not None:
+                commitlog, until = self._rebuild_source
+                self._rebuild_source = None
+                drained = True
+                try:
+                    self.rebuild(commitlog, until)
+                finally:
+                    self._done += 1
             while pending:
                 records, results = pending.popleft()
                 drained = True

@@ -163,7 +163,7 @@ class MessageStore:
             if self.index_service is not None:
                 self.index_service.load(clean)
                 self.index_service.trim(self.commitlog.max_offset)
-                self.index_service.rebuild(self.commitlog)
+                self.index_service.schedule_rebuild(self.commitlog, self.commitlog.max_offset)
             self.consumer_offsets.load()
         except BaseException:
             self.commitlog.files.close()

@@ -399,13 +399,19 @@ class CheckedRecord(NamedTuple):
 BLANK = CheckedRecord(0, "", 0, 0, 0, "", "", 0, 0)
 
 
-def check_record(buf: bytes | bytearray | memoryview, pos: int, physical_offset: int) -> CheckedRecord | None:
+def check_record(
+    buf: bytes | bytearray | memoryview, pos: int, physical_offset: int, with_properties: bool = True
+) -> CheckedRecord | None:
     """Validate the record at ``pos`` whose global offset should be ``physical_offset``.
 
     Returns the record's facts, :data:`BLANK` (size 0) for an end-of-file filler, or None when the
     bytes are not a whole valid record: bad magic, sizes that do not add up, an offset field that
     does not match its position, a CRC mismatch or a properties string cut short. A record torn by
     a crash fails one of these, since the store keeps the bytes past its end zeroed.
+
+    Without ``with_properties`` the properties are checked for their length and final separator
+    only, and the result's ``tags_code``, ``keys`` and ``uniq_key`` are left empty: what a walk
+    needs to find the end of the log and compare queue offsets, at about half the cost.
     """
     # Recovery calls this for every record of the log: it unpacks only what it checks and copies
     # nothing but the topic and the properties.
@@ -454,6 +460,8 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, physical_offset:
     topic = _valid_topic(bytes(buf[body_end + 1 : topic_end]))
     if topic is None:
         return None
+    if not with_properties:
+        return CheckedRecord(total, topic, queue_id, queue_offset, 0, "", "", sysflag, store_timestamp)
     try:
         properties = decode_properties(buf[topic_end + 2 : record_end]) if props_len else {}
     except (UnicodeDecodeError, ValueError):

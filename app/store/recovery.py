@@ -97,6 +97,13 @@ def recover(
             if only is None and key not in lagging:
                 lagging[key] = _rebuild_from(queues.get(key), commitlog.min_offset)
             return False
+        if not record.tags_code and not record.keys and not record.uniq_key:
+            # The walk left the properties unparsed: read them now, for this record only.
+            data = commitlog.read(offset, record.size)
+            full = check_record(data, 0, offset) if data is not None else None
+            if full is None:
+                return False
+            record = full
         dispatch(
             record.topic,
             record.queue_id,
@@ -113,7 +120,7 @@ def recover(
 
     # Entries past the end hold queue offsets above every record the walk meets (a queue's offsets
     # grow with the log), so the walk can compare with the queues before they are cut.
-    for offset, record in commitlog.walk(start_index, start_position):
+    for offset, record in commitlog.walk(start_index, start_position, with_properties=False):
         checked += 1
         if not skips_consume_queue(record.sysflag) and redispatch(offset, record, None):
             redispatched += 1

@@ -271,6 +271,7 @@ def test_a_clean_restart_keeps_every_file_and_indexes_nothing_again(make_indexed
     store = make_indexed()
     assert store.index_service is not None
     assert index_names(store) == names
+    assert store.index_service.wait_indexed()
     assert store.index_service.dropped_files == [] and store.index_service.rebuilt_messages == 0
     assert bodies(store.query_message_by_key("orders", "k2")) == [f"m{i}".encode() for i in range(17, 0, -3)]
     put_keyed(store, 3, start=20)  # appending goes on in the last file
@@ -294,7 +295,7 @@ def test_after_a_crash_files_newer_than_the_checkpoint_are_dropped_and_rebuilt(
     crashed = make_indexed(crash_copy(store, tmp_path / "crashed"), **QUIET)
     assert crashed.index_service is not None
     assert crashed.index_service.dropped_files == [f.name for f in files[3:]]
-    assert crashed.index_service.rebuilt_messages == 9
+    assert crashed.index_service.wait_indexed() and crashed.index_service.rebuilt_messages == 9
     for i in range(18):
         assert bodies(crashed.query_message_by_key("orders", f"u{i}")) == [f"m{i}".encode()]
     assert len(crashed.query_message_by_key("orders", "all", max_messages=64)) == 18
@@ -320,6 +321,7 @@ def test_after_a_crash_the_last_file_is_rolled_back_to_its_last_flush(
     crashed = make_indexed(copy, max_index_count=1000, **QUIET)
     assert crashed.index_service is not None
     assert crashed.index_service.dropped_files == []
+    assert crashed.index_service.wait_indexed()
     assert crashed.index_service.rebuilt_messages == 5  # only what came after the flush
     assert bodies(crashed.query_message_by_key("orders", "k0")) == [b"m9", b"m6", b"m3", b"m0"]
     assert len(crashed.query_message_by_key("orders", "all")) == 10  # each message once
@@ -341,7 +343,7 @@ def test_after_a_power_loss_a_file_missing_entries_its_slots_need_is_rebuilt(
     crashed = make_indexed(copy, max_index_count=1000, **QUIET)
     assert crashed.index_service is not None
     assert crashed.index_service.dropped_files == [name]
-    assert crashed.index_service.rebuilt_messages == 10
+    assert crashed.index_service.wait_indexed() and crashed.index_service.rebuilt_messages == 10
     assert bodies(crashed.query_message_by_key("orders", "k0")) == [b"m9", b"m6", b"m3", b"m0"]
 
 
@@ -370,7 +372,8 @@ def test_a_lost_index_directory_is_rebuilt_from_the_commitlog(make_indexed: Stor
     store.close()
     shutil.rmtree(store.config.index_dir)
     store = make_indexed()
-    assert store.index_service is not None and store.index_service.rebuilt_messages == 12
+    assert store.index_service is not None and store.index_service.wait_indexed()
+    assert store.index_service.rebuilt_messages == 12
     assert bodies(store.query_message_by_key("orders", "k0")) == [b"m9", b"m6", b"m3", b"m0"]
 
 
