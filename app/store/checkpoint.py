@@ -13,6 +13,8 @@ import os
 import struct
 from pathlib import Path
 
+from app.store.errors import NO_SPACE, DiskFullError
+
 LAYOUT = struct.Struct(">qqq")  # commitlog | consumequeue | index store timestamps, ms
 assert LAYOUT.size == 24
 
@@ -40,11 +42,17 @@ class Checkpoint:
         return max(0, min(self.commitlog_timestamp, self.consumequeue_timestamp) - RECOVERY_MARGIN_MS)
 
     def flush(self) -> None:
-        """Write all three timestamps and force them to disk in one 24-byte write."""
+        """Write all three timestamps and force them to disk in one 24-byte write (in place: once
+        the file exists this needs no new space); DiskFullError when the disk has no room."""
         data = LAYOUT.pack(self.commitlog_timestamp, self.consumequeue_timestamp, self.index_timestamp)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.pwrite(fd, data, 0)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, data, 0)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            if error.errno in NO_SPACE:
+                raise DiskFullError(f"no room on the disk to write {self.path}: {error.strerror}") from error
+            raise

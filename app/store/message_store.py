@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
+from app.store.allocate import AllocateSegmentService
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog
 from app.store.config import FlushMode, StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager, OffsetPersistService
-from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe
-from app.store.errors import InvalidQueueError, StoreClosedError
+from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
+from app.store.errors import NO_SPACE, InvalidQueueError, StoreClosedError
 from app.store.filter import TagFilter
 from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
 from app.store.index_service import IndexService
@@ -111,7 +112,13 @@ class MessageStore:
             config.disk_check_interval_ms,
             clock,
             where=f"the disk of {config.store_dir}",
+            free_bytes=free_bytes_probe(config.store_dir),
         )
+        # Every new file asks the guard first (a full disk refuses it before it is allocated).
+        self.commitlog.files.check_room = self.disk_guard.check_room
+        if self.index_service is not None:
+            self.index_service.check_room = self.disk_guard.check_room
+        self.allocate_service: AllocateSegmentService | None = None
         self.clean_service = CleanService(
             config, self.commitlog, self._all_queues, self.index_service, self.disk_guard, clock, sleep
         )
@@ -165,14 +172,26 @@ class MessageStore:
             if self.index_service is not None:
                 self.index_service.close()
             raise
-        config.abort_path.touch()
+        self._touch_abort_file()
         self.commitlog.open()
         self._start_services()
         self.is_open = True
         return self
 
+    def _touch_abort_file(self) -> None:
+        """Mark the store as running. On a full disk the store still starts (to serve reads): the
+        file may then be missing, and a crash before a clean stop is recovered as a clean stop."""
+        try:
+            self.config.abort_path.touch()
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                raise
+            log.error("cannot create %s on a full disk: %s", self.config.abort_path, error)
+
     def _start_services(self) -> None:
         config = self.config
+        self.allocate_service = AllocateSegmentService(self.commitlog.files, config.disk_check_interval_ms)
+        self.allocate_service.start()
         if config.flush_mode is FlushMode.SYNC:
             self.group_commit = GroupCommitService(
                 self.flusher, config.group_commit_interval_ms, config.sync_flush_timeout_ms
@@ -214,6 +233,7 @@ class MessageStore:
             pass  # wait for an append in progress
         # The index drains first: its last flush moves the checkpoint's index timestamp.
         for service in (
+            self.allocate_service,
             self.index_service,
             self.offset_persist,
             self.group_commit,
@@ -258,13 +278,19 @@ class MessageStore:
         host, limits = self.store_host, self.limits
         check_fits = self.commitlog.check_fits
         records = []
+        entries: dict[tuple[str, int], int] = {}  # new ConsumeQueue entries per queue
+        total_size = 0
         for message in messages:
             if not 0 <= message.queue_id < MAX_QUEUE_ID:
                 raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
             record = encode_record(message, host, now, limits)
-            check_fits(len(record.data))
+            size = len(record.data)
+            check_fits(size)
+            total_size += size
             records.append(record)
-        results = self.commitlog.append(records)
+            key = (message.topic, message.queue_id)
+            entries[key] = entries.get(key, 0) + 1
+        results = self.commitlog.append(records, total_size, lambda: self._prepare_queues(entries))
         listener = self.on_arrival
         if listener is not None:
             for result, record in zip(results, records, strict=True):
@@ -490,8 +516,18 @@ class MessageStore:
                     queue = ConsumeQueue.open(
                         self.config.consumequeue_dir, topic, queue_id, self.config.consumequeue_file_entries
                     )
+                    queue.files.check_room = self.disk_guard.check_room
                     self.consume_queues = {**self.consume_queues, (topic, queue_id): queue}
         return queue
+
+    def _prepare_queues(self, entries: dict[tuple[str, int], int]) -> None:
+        """Under the CommitLog lock, before a batch writes anything: allocate the ConsumeQueue
+        segments its entries go to, so that dispatch never allocates one. On a full disk the
+        batch is refused whole (DiskFullError) rather than cut between CommitLog and queues."""
+        queue_offsets = self.commitlog.queue_offsets
+        for (topic, queue_id), count in entries.items():
+            queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
+            queue.prepare(queue_offsets.get((topic, queue_id), 0), count)
 
     def _all_queues(self) -> Iterable[ConsumeQueue]:
         return list(self.consume_queues.values())
