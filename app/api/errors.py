@@ -94,7 +94,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.INTERNAL_ERROR: "An unexpected fault; it is logged. Please report it.",
     ErrorCode.NOT_READY: "The broker is starting or stopping.",
     ErrorCode.STORE_CLOSED: "The store is closed.",
-    ErrorCode.DISK_FULL: "The store's disk is over its refuse-writes ratio; reads keep working.",
+    ErrorCode.DISK_FULL: (
+        "The store's disk is over its refuse-writes ratio or has no room for a new segment: nothing of "
+        "the request was stored; writes are accepted again once space returns, reads keep working."
+    ),
 }
 
 

@@ -23,7 +23,7 @@ from app.store.config import FlushMode, StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager, OffsetPersistService
 from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
-from app.store.errors import NO_SPACE, InvalidQueueError, StoreClosedError
+from app.store.errors import NO_SPACE, DiskFullError, InvalidQueueError, StoreClosedError
 from app.store.filter import TagFilter
 from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
 from app.store.index_service import IndexService
@@ -249,7 +249,10 @@ class MessageStore:
             self.checkpoint.commitlog_timestamp, self._last_store_timestamp()
         )
         self.checkpoint.consumequeue_timestamp = self.checkpoint.commitlog_timestamp
-        self.checkpoint.flush()
+        try:
+            self.checkpoint.flush()
+        except DiskFullError as error:  # the next start is a clean one: it does not read it
+            log.error("checkpoint not written: %s", error)
         self.commitlog.close()
         for queue in self._all_queues():
             queue.close()

@@ -228,6 +228,16 @@ def test_a_store_opens_on_a_full_disk_serves_reads_and_refuses_writes_until_spac
     wait_until(lambda: bool(reopened.append(batch(2000, 1))), what="writes accepted again")
 
 
+def test_a_store_closes_cleanly_on_a_full_disk(open_store: Any, disk: Path) -> None:
+    # No background flush writes the checkpoint before the close: it is a new file then.
+    store = open_store(flush_interval_consumequeue_ms=3_600_000, flush_interval_index_ms=3_600_000)
+    store.append(batch(0, 3))
+    fill(disk)
+    store.close()
+    assert not store.is_open and not (disk / "store" / "abort").exists()
+    assert read_all(open_store()) == [m.body for m in batch(0, 3)]
+
+
 # -- the disk guard ---------------------------------------------------------------------------------
 
 
