@@ -8,7 +8,7 @@ restart once space returns, and a restart on the full disk comes up and serves r
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -46,7 +46,7 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def start_broker(disk: Path) -> Iterator[object]:
+def start_broker(disk: Path) -> Iterator[Callable[..., BrokerProcess]]:
     brokers: list[BrokerProcess] = []
 
     def start(**settings: object) -> BrokerProcess:
@@ -149,7 +149,7 @@ def create_topic(client: httpx.Client, name: str) -> str:
 
 
 def test_over_the_refuse_ratio_writes_get_507_reads_and_commits_work_until_space_returns(
-    disk: Path, start_broker
+    disk: Path, start_broker: Callable[..., BrokerProcess]
 ) -> None:
     filler = fill(disk, leave_bytes=30 << 20)  # 18 MiB taken by someone else
     broker = start_broker(disk_refuse_writes_ratio=60, disk_accept_writes_ratio=50)
@@ -177,7 +177,7 @@ def test_over_the_refuse_ratio_writes_get_507_reads_and_commits_work_until_space
 
 
 def test_a_disk_that_really_fills_refuses_whole_batches_survives_a_restart_and_recovers(
-    disk: Path, start_broker
+    disk: Path, start_broker: Callable[..., BrokerProcess]
 ) -> None:
     """No refuse ratio: the disk really fills, under the broker's feet (another writer takes what
     is left). Then a crash and a restart on the full disk, and writes back once a deleted topic's
