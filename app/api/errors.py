@@ -98,7 +98,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.STORE_CLOSED: "The store is closed.",
     ErrorCode.REGISTRY_UNAVAILABLE: "The route registry's database cannot be reached: routes, clusters, topic "
     "creation and deletion, and unknown topics wait for it; produce and pull on this broker's topics go on.",
-    ErrorCode.DISK_FULL: "The store's disk is over its refuse-writes ratio; reads keep working.",
+    ErrorCode.DISK_FULL: (
+        "The store's disk is over its refuse-writes ratio or has no room for a new segment: nothing of "
+        "the request was stored; writes are accepted again once space returns, reads keep working."
+    ),
 }
 
 

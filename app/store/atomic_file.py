@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
+from app.store.errors import NO_SPACE, DiskFullError
+
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file, force it, rename it over ``path``, force the directory."""
+    """Write ``data`` to a temporary file, force it, rename it over ``path``, force the directory.
+
+    On a full disk the old file stays as it was, the temporary file goes, and DiskFullError says so.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        if error.errno in NO_SPACE:
+            raise DiskFullError(f"no room on the disk to write {path}: {error.strerror}") from error
+        raise
     os.replace(temporary, path)
     directory = os.open(path.parent, os.O_RDONLY)
     try:

@@ -20,6 +20,8 @@ import os
 import struct
 from pathlib import Path
 
+from app.store.errors import NO_SPACE, DiskFullError
+
 LAYOUT = struct.Struct(">qqqqqq")
 assert LAYOUT.size == 48
 TIMESTAMPS = struct.Struct(">qqq")  # the first version of the file
@@ -67,7 +69,8 @@ class Checkpoint:
         return min(self.commitlog_offset, self.consumequeue_offset)
 
     def flush(self) -> None:
-        """Write every field and force them to disk in one 48-byte write."""
+        """Write every field and force them to disk in one 48-byte write (in place: once the file
+        exists this needs no new space); DiskFullError when the disk has no room."""
         data = LAYOUT.pack(
             self.commitlog_timestamp,
             self.consumequeue_timestamp,
@@ -76,9 +79,14 @@ class Checkpoint:
             self.consumequeue_offset,
             self.clean_last_record,
         )
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.pwrite(fd, data, 0)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, data, 0)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            if error.errno in NO_SPACE:
+                raise DiskFullError(f"no room on the disk to write {self.path}: {error.strerror}") from error
+            raise

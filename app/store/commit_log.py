@@ -4,6 +4,10 @@ Records are encoded outside the lock (:func:`app.store.record.encode_record`); u
 CommitLog only assigns the queue offset, copies the bytes into the mapped segment, patches three
 fields and hands the record to the dispatcher. A record that does not fit in the rest of a segment
 (with room for an 8-byte blank) is preceded by a blank END_OF_FILE record and goes to the next one.
+
+A batch is stored whole or not at all: every segment it will roll to is prepared (allocated) before
+its first byte is written, so a full disk refuses it with :class:`DiskFullError` up front. The
+next segment is normally ready already (:class:`app.store.allocate.AllocateSegmentService`).
 """
 
 from __future__ import annotations
@@ -80,8 +84,35 @@ class CommitLog:
                 f"record of {record_size} bytes does not fit a CommitLog segment of {self.file_size} bytes"
             )
 
-    def append(self, records: Sequence[EncodedRecord]) -> list[AppendResult]:
-        """Append records in order under one lock acquisition; returns where each landed."""
+    def segments_needed(self, mapped: MappedFile | None, records: Sequence[EncodedRecord]) -> int:
+        """How many new segments appending ``records`` after ``mapped`` (the last one) rolls to."""
+        file_size = self.file_size
+        if mapped is None or mapped.is_full:
+            needed, position = 1, 0
+        else:
+            needed, position = 0, mapped.wrote_position
+        for record in records:
+            size = len(record[0])
+            if position + size + BLANK_MIN_SIZE > file_size:
+                needed += 1
+                position = 0
+            position += size
+        return needed
+
+    def append(
+        self,
+        records: Sequence[EncodedRecord],
+        total_size: int = -1,
+        before_write: Callable[[], None] | None = None,
+    ) -> list[AppendResult]:
+        """Append records in order under one lock acquisition; returns where each landed.
+
+        ``total_size`` is the records' byte count when the caller knows it. ``before_write`` runs
+        under the lock before anything is written: what it raises refuses the whole batch.
+        DiskFullError when a segment the batch needs cannot be allocated; nothing is written then.
+        """
+        if total_size < 0:
+            total_size = sum(len(record[0]) for record in records)
         results: list[AppendResult] = []
         add_result = results.append
         store_host = self.store_host
@@ -93,6 +124,11 @@ class CommitLog:
         with self.lock:
             if self.closed:
                 raise StoreClosedError("the CommitLog is closed")
+            if before_write is not None:
+                before_write()
+            last = self.files.last_file
+            if last is None or last.wrote_position + total_size + BLANK_MIN_SIZE > file_size:
+                self.files.prepare(self.segments_needed(last, records))
             now = int(time.time() * 1000)
             mapped = self.files.writable_file()
             mm = mapped.mm

@@ -76,6 +76,11 @@ class ConsumeQueue:
         self.max_physical_end = physical_offset + size
         return True
 
+    def prepare(self, queue_offset: int, count: int) -> None:
+        """Allocate now every segment the entries ``queue_offset`` to ``queue_offset + count - 1``
+        will go to, so that :meth:`put` never has to: DiskFullError when one does not fit."""
+        self.files.prepare_range(queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE)
+
     def entries(self, queue_offset: int, max_count: int) -> memoryview | None:
         """Up to ``max_count`` raw entries from ``queue_offset``, within one segment, without copying."""
         position = queue_offset * UNIT_SIZE

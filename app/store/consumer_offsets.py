@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from app.store.atomic_file import write_atomically
-from app.store.errors import StoreConfigError
+from app.store.errors import DiskFullError, StoreConfigError
 from app.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -230,9 +230,18 @@ class OffsetPersistService(ServiceThread):
     def __init__(self, manager: ConsumerOffsetManager, interval_ms: int) -> None:
         super().__init__(interval_ms / 1000)
         self.manager = manager
+        self.failing = False
 
     def run_once(self) -> None:
-        self.manager.persist(only_if_changed=True)
-
-    def on_stop(self) -> None:
-        self.manager.persist(only_if_changed=True)
+        # On a full disk the offsets stay in memory (commits keep working) and the next pass
+        # tries again: the file on disk is the previous table until then.
+        try:
+            self.manager.persist(only_if_changed=True)
+        except DiskFullError as error:
+            if not self.failing:
+                log.error("consumer offsets not persisted, retrying every pass: %s", error)
+            self.failing = True
+            return
+        if self.failing:
+            log.warning("consumer offsets persisted again")
+            self.failing = False

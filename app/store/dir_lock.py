@@ -14,7 +14,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from app.store.errors import StoreLockedError
+from app.store.errors import NO_SPACE, StoreLockedError
 
 LOCK_FILE_NAME = "lock"
 
@@ -41,9 +41,15 @@ class StoreDirectoryLock:
         except BaseException:
             os.close(fd)
             raise
-        # The pid is for people and for the refusal message; the lock itself is the flock.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        # The pid is for people and for the refusal message; the lock itself is the flock, so a full
+        # disk that cannot take the pid does not keep the store from opening.
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                os.close(fd)
+                raise
         self._fd = fd
 
     def release(self) -> None:

@@ -7,12 +7,17 @@ so a disk hovering around one threshold does not flap. Reads never consult the g
 The probe is a collaborator (a fake in tests). The clean service refreshes the guard on each pass,
 and an append refreshes it itself when the last probe is older than ``check_interval_ms``, so a disk
 filling up between two clean passes is still noticed within that interval.
+
+Every new file the store allocates (a CommitLog or ConsumeQueue segment, an index file) asks
+:meth:`DiskGuard.check_room` first: the probe is read again, and the file is refused while writes
+are refused or when it would leave less than :data:`RESERVE_BYTES` free. The reserve keeps room for
+the small files that must still be written on a full disk (checkpoint, consumer offsets, topics).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,15 +27,30 @@ log = logging.getLogger(__name__)
 
 # Percent (0-100) of the store's partition in use.
 DiskUsageProbe = Callable[[], float]
+# Bytes of the store's partition an ordinary writer may still use.
+FreeBytesProbe = Callable[[], int]
+
+RESERVE_BYTES = 4 * 1024 * 1024
 
 
 def disk_usage_probe(path: Path) -> DiskUsageProbe:
-    """The real probe: the share of ``path``'s partition that is not free to an ordinary writer
-    (blocks reserved for root count as used, since the store cannot write them)."""
+    """The real probe: the share of ``path``'s partition that is not available to an ordinary
+    writer, ``(f_blocks - f_bavail) / f_blocks`` (blocks reserved for root count as used, since
+    the store cannot write them)."""
 
     def probe() -> float:
-        usage = shutil.disk_usage(path)
-        return (usage.total - usage.free) * 100 / usage.total if usage.total else 0.0
+        stat = os.statvfs(path)
+        return (stat.f_blocks - stat.f_bavail) * 100 / stat.f_blocks if stat.f_blocks else 0.0
+
+    return probe
+
+
+def free_bytes_probe(path: Path) -> FreeBytesProbe:
+    """The real free space: what an ordinary writer may still allocate on ``path``'s partition."""
+
+    def probe() -> int:
+        stat = os.statvfs(path)
+        return stat.f_bavail * stat.f_frsize
 
     return probe
 
@@ -46,8 +66,10 @@ class DiskGuard:
         check_interval_ms: int,
         clock: Callable[[], float],
         where: str = "the store's disk",
+        free_bytes: FreeBytesProbe | None = None,
     ) -> None:
         self.probe = probe
+        self.free_bytes = free_bytes
         self.refuse_ratio = refuse_ratio
         self.accept_ratio = accept_ratio
         self.check_interval_s = check_interval_ms / 1000
@@ -85,4 +107,26 @@ class DiskGuard:
             raise DiskFullError(
                 f"{self.where} is {self.used_percent:.1f} % full, over the {self.refuse_ratio:g} % limit: "
                 f"writes are refused until it is at or under {self.accept_ratio:g} % (reads still work)"
+            )
+
+    def check_room(self, size_bytes: int) -> None:
+        """Before a new file of ``size_bytes`` is allocated: re-probe, and raise DiskFullError while
+        writes are refused or when the file would eat into the reserve."""
+        self.refresh()
+        if not self.writable:
+            raise DiskFullError(
+                f"{self.where} is {self.used_percent:.1f} % full, over the {self.refuse_ratio:g} % limit: "
+                f"no new {size_bytes}-byte file until it is at or under {self.accept_ratio:g} %"
+            )
+        if self.free_bytes is None:
+            return
+        try:
+            free = self.free_bytes()
+        except OSError as error:
+            log.warning("cannot read the free space of %s: %s", self.where, error)
+            return
+        if free - size_bytes < RESERVE_BYTES:
+            raise DiskFullError(
+                f"{self.where} has {free} bytes free: a new {size_bytes}-byte file would leave less "
+                f"than the {RESERVE_BYTES}-byte reserve (writes resume when space returns)"
             )

@@ -19,6 +19,12 @@ Exception tree::
 
 from __future__ import annotations
 
+import errno
+
+# errno values of a write or an allocation that mean DiskFullError: no room on the disk, or in the
+# user's quota.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 
 class StoreError(Exception):
     """Base class of every fault the store raises."""
@@ -53,7 +59,8 @@ class CorruptRecordError(StoreError):
 
 
 class DiskFullError(StoreError):
-    """The store's disk is over the refuse-writes ratio; reads keep working."""
+    """The store's disk is over the refuse-writes ratio, or has no room for a new file; nothing of
+    the refused write was stored, and reads keep working."""
 
 
 class StoreClosedError(StoreError):

@@ -142,7 +142,8 @@ class IndexFile:
         begin_offset: int,
         begin_timestamp: int,
     ) -> IndexFile:
-        """A new, empty (sparse) file whose coverage starts at ``begin_offset``; header forced to disk."""
+        """A new, empty file, allocated whole (DiskFullError when it does not fit), whose coverage
+        starts at ``begin_offset``; header forced to disk."""
         directory.mkdir(parents=True, exist_ok=True)
         mapped = MappedFile(directory / name, index_file_size(max_hash_slots, max_index_count))
         index = cls(mapped, max_hash_slots, max_index_count)

@@ -12,6 +12,11 @@ that timestamp and rolls the last one back to its header (or drops it when it ca
 :meth:`IndexService.trim` drops files that cover CommitLog bytes recovery cut off; and
 :meth:`IndexService.rebuild` indexes the CommitLog again from where the kept files end, on the index
 thread before anything appended since (start-up does not wait for it; a lookup does).
+
+A full disk: index files are allocated whole when created (never sparse). When a new one cannot be
+allocated, the thread does not stop and neither does the store: it logs, skips indexing (messages
+stored meanwhile are not found by key, only by id) and tries a new file again at most every
+:data:`RETRY_ALLOCATE_S` until space returns.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from typing import NamedTuple
 
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog
+from app.store.errors import DiskFullError
 from app.store.index_file import (
     IndexFile,
     KeyedRecord,
     Placement,
     index_file_name,
+    index_file_size,
     index_file_time,
     key_hash,
 )
@@ -45,6 +52,7 @@ log = logging.getLogger(__name__)
 # once (a query wakes the thread and waits, see IndexService.wait_indexed).
 POLL_INTERVAL_S = 0.01
 REBUILD_CHUNK = 1024
+RETRY_ALLOCATE_S = 1.0
 
 Batch = tuple[Sequence[EncodedRecord], list[AppendResult]]
 
@@ -98,6 +106,11 @@ class IndexService(ServiceThread):
         self.rebuilt_messages = 0
         self._rebuild_source: tuple[CommitLog, int] | None = None
         self._last_flush_s = time.monotonic()
+        # Called with a new file's size before it is allocated: raises DiskFullError to refuse.
+        self.check_room: Callable[[int], None] | None = None
+        # While a new file cannot be allocated: messages not indexed, and when to try again.
+        self.skipped_messages = 0
+        self._retry_allocate_s = float("-inf")
 
     @property
     def current(self) -> IndexFile | None:
@@ -117,6 +130,9 @@ class IndexService(ServiceThread):
         if not self.directory.is_dir():
             return []
         names = sorted(path.name for path in self.directory.iterdir() if path.name.isdigit())
+        if names and (self.directory / names[-1]).stat().st_size == 0:
+            # A file whose creation a crash cut short: nothing in it, and no room may be left for it.
+            (self.directory / names.pop()).unlink()
         files: list[IndexFile] = []
         try:
             for name in names:
@@ -136,6 +152,8 @@ class IndexService(ServiceThread):
                 keep, reason = keep - 1, "written after its last flush, and not repairable"
         self.files = files[:keep]
         self.dropped_files = self._drop(files[keep:], reason)
+        if self.files:
+            self.files[-1].mapped.allocate_holes()
         return self.dropped_files
 
     def trim(self, log_end: int) -> list[str]:
@@ -236,15 +254,42 @@ class IndexService(ServiceThread):
         current = self.current
         position = 0
         if current is None:
-            current = self._roll(placements[0].physical_offset, placements[0].store_timestamp)
+            current = self._try_roll(placements[0])
+            if current is None:
+                self.skipped_messages += len(records)
+                return
         while True:
             position = current.index_messages(records, placements, position, self._key_prefixes)
             self._dirty = True
             if position >= len(records):
                 return
             # The next message's keys do not fit: it starts a new file (an empty file takes any).
-            placed = placements[position]
-            current = self._roll(placed.physical_offset, placed.store_timestamp)
+            current = self._try_roll(placements[position])
+            if current is None:
+                self.skipped_messages += len(records) - position
+                return
+
+    def _try_roll(self, placed: Placement) -> IndexFile | None:
+        """A new file for ``placed`` on, or None while the disk has no room for one."""
+        if time.monotonic() < self._retry_allocate_s:
+            return None
+        try:
+            if self.check_room is not None:
+                self.check_room(index_file_size(self.max_hash_slots, self.max_index_count))
+            index = self._roll(placed.physical_offset, placed.store_timestamp)
+        except DiskFullError as error:
+            if self._retry_allocate_s == float("-inf"):
+                log.error("indexing paused, no new index file: %s", error)
+            self._retry_allocate_s = time.monotonic() + RETRY_ALLOCATE_S
+            return None
+        if self._retry_allocate_s != float("-inf"):
+            log.warning(
+                "indexing resumed at CommitLog offset %d; %d messages stored meanwhile are not indexed",
+                placed.physical_offset,
+                self.skipped_messages,
+            )
+            self._retry_allocate_s = float("-inf")
+        return index
 
     def _roll(self, offset: int, store_timestamp: int) -> IndexFile:
         previous = self.current

@@ -9,19 +9,53 @@ Retention adds RocketMQ's explicit reference count on top (SPEC 1.3): a reader :
 segment while it works on it, and :meth:`try_destroy` deletes a segment only when nobody holds it, or
 once a forced interval has passed since the first attempt (a stuck reader must not pin the disk).
 From the first attempt on, :meth:`hold` refuses new readers.
+
+A new segment has all its disk blocks allocated before it is mapped (:func:`allocate`): a write
+through a mapping onto a page the file system cannot back raises SIGBUS and kills the process,
+whereas an allocation that finds no room raises :class:`DiskFullError` when the segment is created,
+where the caller can refuse the write cleanly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import mmap
 import os
 from pathlib import Path
 
-from app.store.errors import StoreConfigError
+from app.store.errors import NO_SPACE, DiskFullError, StoreConfigError
+
+log = logging.getLogger(__name__)
 
 PAGE_SIZE = 4096
 OFFSET_NAME_DIGITS = 20
+BLOCK_SIZE = 512  # the unit of st_blocks
+ZERO_CHUNK = 1 << 20
+# posix_fallocate is not supported here: fall back to writing zeros.
+NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
+
+
+def allocate(fd: int, size: int, path: Path) -> None:
+    """Give the file ``size`` bytes of allocated disk blocks (``posix_fallocate``, or zeros written
+    where the file system does not support it); DiskFullError when they do not fit."""
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as error:
+            if error.errno not in NO_FALLOCATE:
+                raise
+        os.ftruncate(fd, size)
+        zeros = memoryview(bytes(min(ZERO_CHUNK, size)))
+        position = 0
+        while position < size:
+            position += os.pwrite(fd, zeros[: size - position], position)
+    except OSError as error:
+        if error.errno in NO_SPACE:
+            raise DiskFullError(f"no room on the disk for {path} ({size} bytes): {error.strerror}") from error
+        raise
 
 
 def segment_name(offset: int) -> str:
@@ -49,21 +83,25 @@ class MappedFile:
     def __init__(self, path: Path, file_size: int) -> None:
         self.path = path
         self.file_size = file_size
-        self.file_from_offset = int(path.name)
+        self.file_from_offset = int(path.name.partition(".")[0])
         existed = path.exists()
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             actual = os.fstat(self.fd).st_size
-            # An empty file is a segment whose creation a crash cut short: size it now.
+            # An empty file is a segment whose creation a crash cut short: allocate it now.
             if existed and actual not in (0, file_size):
                 raise StoreConfigError(
                     f"{path} is {actual} bytes but segments are configured as {file_size} bytes"
                 )
             if not existed or actual == 0:
-                os.ftruncate(self.fd, file_size)
+                allocate(self.fd, file_size, path)
             self.mm = mmap.mmap(self.fd, file_size)
         except BaseException:
             os.close(self.fd)
+            if not existed or actual == 0:
+                # Holds nothing yet: a file left half-allocated would only take room.
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
             raise
         self.view = memoryview(self.mm)
         self.wrote_position = 0
@@ -78,12 +116,19 @@ class MappedFile:
         self._closed = False
 
     @classmethod
-    def create(cls, directory: Path, offset: int, file_size: int) -> MappedFile:
+    def create(cls, directory: Path, offset: int, file_size: int, suffix: str = "") -> MappedFile:
+        """A new segment, allocated; ``suffix`` names a spare until :meth:`rename` drops it."""
         directory.mkdir(parents=True, exist_ok=True)
-        mapped = cls(directory / segment_name(offset), file_size)
+        mapped = cls(directory / (segment_name(offset) + suffix), file_size)
         # The new name reaches the disk with the segment's first flush, off the append path.
         mapped.directory_synced = False
         return mapped
+
+    def rename(self, path: Path) -> None:
+        """Give the file its final name; the new name reaches the disk with the first flush."""
+        os.rename(self.path, path)
+        self.path = path
+        self.directory_synced = False
 
     @property
     def end_offset(self) -> int:
@@ -130,6 +175,15 @@ class MappedFile:
             if view[start:end] != zeros[: end - start]:
                 view[start:end] = zeros[: end - start]
             start = end
+
+    def allocate_holes(self) -> None:
+        """Allocate the holes of a sparse file (one written by an older version) that is still
+        being written to. A start on a full disk must not fail: a failure is only logged."""
+        try:
+            if os.fstat(self.fd).st_blocks * BLOCK_SIZE < self.file_size:
+                os.posix_fallocate(self.fd, 0, self.file_size)
+        except OSError as error:
+            log.warning("%s stays sparse (%s): writes into it may fault if the disk fills", self.path, error)
 
     def last_modified_ms(self) -> int:
         """The file's modification time in ms (0 if it is gone): what retention ages a segment by."""

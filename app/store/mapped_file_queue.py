@@ -3,16 +3,25 @@
 Offsets are global: segment ``k`` covers ``[from_k, from_k + file_size)`` and is named ``from_k``.
 The list of segments is replaced, never mutated in place, so a flush thread can walk a snapshot of it
 while the writer rolls to a new segment.
+
+Segments can be prepared ahead (:meth:`MappedFileQueue.prepare`): allocated on disk and mapped under
+a ``.spare`` name, not yet part of the queue (no reader, flusher or recovery sees them) until
+:meth:`MappedFileQueue.new_file` takes the next one and renames it. A writer that prepares every
+segment a write needs before writing any of it either writes all of it or, on a full disk, nothing
+(:class:`DiskFullError`). Spares are deleted at close, and at load when a crash left them.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from app.store.errors import StoreConfigError
 from app.store.mapped_file import PAGE_SIZE, MappedFile, segment_name
+
+SPARE_SUFFIX = ".spare"
 
 
 class MappedFileQueue:
@@ -23,12 +32,27 @@ class MappedFileQueue:
         self.flushed_where = 0
         # Segments taken off the queue by retention whose deletion waits for their readers.
         self.doomed: list[MappedFile] = []
+        # Allocated segments that follow the last one, in order, not yet part of the queue.
+        self.prepared: list[MappedFile] = []
+        # Called with a new segment's size before it is allocated: raises DiskFullError to refuse.
+        self.check_room: Callable[[int], None] | None = None
+        # Called when a segment joined the queue (to have the next one prepared).
+        self.on_new_file: Callable[[], None] | None = None
+        # One allocation at a time; the short lock guards ``prepared`` and the end of ``files``.
+        self._allocate_lock = threading.Lock()
+        self._spares_lock = threading.Lock()
 
     def load(self) -> None:
         """Map every existing segment; positions are set later by recovery."""
         if not self.directory.is_dir():
             return
+        for spare in self.directory.glob(f"*{SPARE_SUFFIX}"):
+            spare.unlink()  # prepared, never written
         names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
+        if names and (self.directory / names[-1]).stat().st_size == 0:
+            # The last segment's creation was cut short by a crash: it holds nothing, and a start
+            # on a full disk could not allocate it.
+            (self.directory / names.pop()).unlink()
         files: list[MappedFile] = []
         try:
             for name in names:
@@ -42,6 +66,8 @@ class MappedFileQueue:
             for mapped in files:
                 mapped.close()
             raise
+        if files:
+            files[-1].allocate_holes()
         self.files = files
 
     # -- lookups ---------------------------------------------------------------------------------
@@ -89,17 +115,87 @@ class MappedFileQueue:
     # -- writing ---------------------------------------------------------------------------------
 
     def new_file(self, offset: int | None = None) -> MappedFile:
-        """Create the segment after the last one (or at ``offset``, the start of an empty queue)."""
+        """Add the segment after the last one (or at ``offset``, the start of an empty queue):
+        the next prepared one, else one allocated now (DiskFullError when it does not fit)."""
         last = self.last_file
         if last is not None:
             start = last.file_from_offset + self.file_size
         else:
             start = offset - offset % self.file_size if offset else 0
-        mapped = MappedFile.create(self.directory, start, self.file_size)
-        if last is None:
-            self.flushed_where = start
+        first = last is None
+        mapped = self._take_prepared(start, first)
+        if mapped is not None:
+            return mapped
+        with self._allocate_lock:
+            # Prepared meanwhile by the allocating thread?
+            mapped = self._take_prepared(start, first)
+            if mapped is not None:
+                return mapped
+            self._drop_prepared()  # spares that do not follow the last segment are of no use
+            mapped = self._create(start, "")
+            with self._spares_lock:
+                return self._add(mapped, first)
+
+    def _take_prepared(self, start: int, first: bool) -> MappedFile | None:
+        with self._spares_lock:
+            prepared = self.prepared
+            if not prepared or prepared[0].file_from_offset != start:
+                return None
+            self.prepared = prepared[1:]
+            mapped = prepared[0]
+            mapped.rename(self.directory / segment_name(start))
+            return self._add(mapped, first)
+
+    def _add(self, mapped: MappedFile, first: bool) -> MappedFile:
+        if first:
+            self.flushed_where = mapped.file_from_offset
         self.files = [*self.files, mapped]
+        if self.on_new_file is not None:
+            self.on_new_file()
         return mapped
+
+    def prepare(self, count: int, start: int = 0) -> None:
+        """Make sure ``count`` segments are prepared after the last one (an empty queue starts at
+        ``start``), allocating the missing ones now; DiskFullError when one does not fit (those
+        allocated before it stay prepared)."""
+        with self._allocate_lock:
+            while True:
+                with self._spares_lock:
+                    if len(self.prepared) >= count:
+                        return
+                    following = self.prepared[-1] if self.prepared else self.last_file
+                next_start = (
+                    following.file_from_offset + self.file_size
+                    if following is not None
+                    else start - start % self.file_size
+                )
+                mapped = self._create(next_start, SPARE_SUFFIX)
+                with self._spares_lock:
+                    self.prepared = [*self.prepared, mapped]
+
+    def prepare_range(self, start: int, end: int) -> None:
+        """Make sure the bytes ``[start, end)`` have segments, in the queue or prepared."""
+        with self._spares_lock:
+            following = self.prepared[-1] if self.prepared else self.last_file
+            count = len(self.prepared)
+        if following is not None:
+            covered = following.file_from_offset + self.file_size
+        else:
+            covered = start - start % self.file_size
+        if covered >= end:
+            return
+        self.prepare(count + -(-(end - covered) // self.file_size), start)
+
+    def _create(self, start: int, suffix: str) -> MappedFile:
+        if self.check_room is not None:
+            self.check_room(self.file_size)
+        return MappedFile.create(self.directory, start, self.file_size, suffix)
+
+    def _drop_prepared(self) -> None:
+        with self._spares_lock:
+            prepared, self.prepared = self.prepared, []
+        for mapped in prepared:
+            mapped.destroy()
 
     def writable_file(self) -> MappedFile:
         last = self.last_file
@@ -146,6 +242,7 @@ class MappedFileQueue:
 
         Later segments go newest first, so a crash part-way leaves a run of segments without a gap.
         """
+        self._drop_prepared()
         keep = [mapped for mapped in self.files if mapped.file_from_offset <= offset]
         for mapped in reversed(self.files[len(keep) :]):
             mapped.destroy()
@@ -201,12 +298,15 @@ class MappedFileQueue:
         removed, self.files = self.files[:count], self.files[count:]
         for mapped in removed:
             mapped.destroy()
+        if not self.files:
+            self._drop_prepared()  # nothing left for them to follow
         return removed
 
     def close(self) -> None:
         for mapped in self.doomed:  # retention already decided these go
             mapped.destroy()
         self.doomed = []
+        self._drop_prepared()
         for mapped in self.files:
             mapped.close()
 

@@ -16,14 +16,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
+from app.store.allocate import AllocateSegmentService
 from app.store.checkpoint import NO_CLEAN_END, Checkpoint
-from app.store.commit_log import CommitLog
+from app.store.commit_log import CommitLog, skips_consume_queue
 from app.store.config import FlushMode, StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager, OffsetPersistService
 from app.store.dir_lock import StoreDirectoryLock
-from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe
-from app.store.errors import InvalidQueueError, StoreClosedError
+from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
+from app.store.errors import NO_SPACE, DiskFullError, InvalidQueueError, StoreClosedError
 from app.store.filter import TagFilter
 from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
 from app.store.index_service import IndexService
@@ -114,7 +115,13 @@ class MessageStore:
             config.disk_check_interval_ms,
             clock,
             where=f"the disk of {config.store_dir}",
+            free_bytes=free_bytes_probe(config.store_dir),
         )
+        # Every new file asks the guard first (a full disk refuses it before it is allocated).
+        self.commitlog.files.check_room = self.disk_guard.check_room
+        if self.index_service is not None:
+            self.index_service.check_room = self.disk_guard.check_room
+        self.allocate_service: AllocateSegmentService | None = None
         self.clean_service = CleanService(
             config, self.commitlog, self._all_queues, self.index_service, self.disk_guard, clock, sleep
         )
@@ -173,17 +180,27 @@ class MessageStore:
                 self.index_service.close()
             self.dir_lock.release()
             raise
-        # From here on a crash must not look like a clean stop: forget the clean end first.
-        self.checkpoint.clean_last_record = NO_CLEAN_END
-        self.checkpoint.flush()
-        config.abort_path.touch()
+        self._forget_clean_end()
+        self._touch_abort_file()
         self.commitlog.open()
         self._start_services()
         self.is_open = True
         return self
 
+    def _touch_abort_file(self) -> None:
+        """Mark the store as running. On a full disk the store still starts (to serve reads): the
+        file may then be missing, and a crash before a clean stop is recovered as a clean stop."""
+        try:
+            self.config.abort_path.touch()
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                raise
+            log.error("cannot create %s on a full disk: %s", self.config.abort_path, error)
+
     def _start_services(self) -> None:
         config = self.config
+        self.allocate_service = AllocateSegmentService(self.commitlog.files, config.disk_check_interval_ms)
+        self.allocate_service.start()
         if config.flush_mode is FlushMode.SYNC:
             self.group_commit = GroupCommitService(
                 self.flusher, config.group_commit_interval_ms, config.sync_flush_timeout_ms
@@ -226,6 +243,7 @@ class MessageStore:
             pass  # wait for an append in progress
         # The index drains first: its last flush moves the checkpoint's index timestamp.
         for service in (
+            self.allocate_service,
             self.index_service,
             self.offset_persist,
             self.group_commit,
@@ -244,7 +262,10 @@ class MessageStore:
         end = self.commitlog.max_offset
         self.checkpoint.commitlog_offset = self.checkpoint.consumequeue_offset = end
         self.checkpoint.clean_last_record = self.commitlog.last_record_offset if end else NO_CLEAN_END
-        self.checkpoint.flush()
+        try:
+            self.checkpoint.flush()
+        except DiskFullError as error:  # the next start walks the last segments instead
+            log.error("checkpoint not written: %s", error)
         self.commitlog.close()
         for queue in self._all_queues():
             queue.close()
@@ -274,13 +295,20 @@ class MessageStore:
         host, limits = self.store_host, self.limits
         check_fits = self.commitlog.check_fits
         records = []
+        entries: dict[tuple[str, int], int] = {}  # new ConsumeQueue entries per queue
+        total_size = 0
         for message in messages:
             if not 0 <= message.queue_id < MAX_QUEUE_ID:
                 raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
             record = encode_record(message, host, now, limits)
-            check_fits(len(record.data))
+            size = len(record.data)
+            check_fits(size)
+            total_size += size
             records.append(record)
-        results = self.commitlog.append(records)
+            if not skips_consume_queue(message.sysflag):
+                key = (message.topic, message.queue_id)
+                entries[key] = entries.get(key, 0) + 1
+        results = self.commitlog.append(records, total_size, lambda: self._prepare_queues(entries))
         listener = self.on_arrival
         if listener is not None:
             for result, record in zip(results, records, strict=True):
@@ -527,8 +555,18 @@ class MessageStore:
                     queue = ConsumeQueue.open(
                         self.config.consumequeue_dir, topic, queue_id, self.config.consumequeue_file_entries
                     )
+                    queue.files.check_room = self.disk_guard.check_room
                     self.consume_queues = {**self.consume_queues, (topic, queue_id): queue}
         return queue
+
+    def _prepare_queues(self, entries: dict[tuple[str, int], int]) -> None:
+        """Under the CommitLog lock, before a batch writes anything: allocate the ConsumeQueue
+        segments its entries go to, so that dispatch never allocates one. On a full disk the
+        batch is refused whole (DiskFullError) rather than cut between CommitLog and queues."""
+        queue_offsets = self.commitlog.queue_offsets
+        for (topic, queue_id), count in entries.items():
+            queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
+            queue.prepare(queue_offsets.get((topic, queue_id), 0), count)
 
     def _all_queues(self) -> Iterable[ConsumeQueue]:
         return list(self.consume_queues.values())
@@ -554,6 +592,17 @@ class MessageStore:
     ) -> None:
         queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
         queue.put(queue_offset, physical_offset, size, tags_code)
+
+    def _forget_clean_end(self) -> None:
+        """From here on a crash must not look like a clean stop: clear the clean end before the abort
+        file exists. A checkpoint that cannot be written is removed instead (unlinking needs no
+        space): the next start then walks the log rather than trust an end that moved on."""
+        self.checkpoint.clean_last_record = NO_CLEAN_END
+        try:
+            self.checkpoint.flush()
+        except DiskFullError as error:
+            log.error("%s; removing the checkpoint so that a crash cannot pass for a clean stop", error)
+            self.checkpoint.path.unlink(missing_ok=True)
 
     def _dispatched_offset(self) -> int:
         """The end of the log as far as every record before it has its ConsumeQueue entry."""

@@ -37,6 +37,9 @@ class BrokerProcess:
             "WHARF_STORE_DIR": str(store_dir),
             "WHARF_COMMITLOG_FILE_SIZE": str(1024 * 1024),
             "WHARF_CONSUMEQUEUE_FILE_ENTRIES": "1000",
+            # Index files are allocated whole: the default one would take 420 MB of disk.
+            "WHARF_MAX_HASH_SLOTS": "16384",
+            "WHARF_MAX_INDEX_COUNT": "65536",
             "WHARF_LOG_LEVEL": "warning",
         }
         self.env.update({f"WHARF_{name.upper()}": str(value) for name, value in settings.items()})

@@ -1,7 +1,8 @@
 """Shared fixtures for the store's specification tests.
 
 Stores are built with tiny segments (a 4 KiB CommitLog segment holds a few dozen small messages, a
-ConsumeQueue segment 8 entries), so rolling over to a new segment happens all the time.
+ConsumeQueue segment 8 entries), so rolling over to a new segment happens all the time, and a small
+message index (index files are allocated whole: a default one takes 420 MB of disk).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from app.store.flush import CommitLogFlusher
 
 TINY_COMMITLOG_FILE_SIZE = 4096
 TINY_CONSUMEQUEUE_FILE_ENTRIES = 8
+SMALL_INDEX = {"max_hash_slots": 1024, "max_index_count": 4096}
 
 
 def tiny_config(store_dir: Path, **overrides: Any) -> StoreConfig:
@@ -27,6 +29,7 @@ def tiny_config(store_dir: Path, **overrides: Any) -> StoreConfig:
         "store_dir": store_dir,
         "commitlog_file_size": TINY_COMMITLOG_FILE_SIZE,
         "consumequeue_file_entries": TINY_CONSUMEQUEUE_FILE_ENTRIES,
+        **SMALL_INDEX,
     }
     values.update(overrides)
     return StoreConfig(**values)

@@ -35,7 +35,8 @@ def record_size(msg: Message) -> int:
 
 
 def segment_files(store: MessageStore) -> list[Path]:
-    return sorted(store.config.commitlog_dir.iterdir())
+    """The segments on disk (not the spare allocated ahead, named ``<offset>.spare``)."""
+    return sorted(path for path in store.config.commitlog_dir.iterdir() if path.name.isdigit())
 
 
 def walk_segment(data: bytes) -> list[tuple[int, int, int]]:

@@ -59,7 +59,7 @@ def config(store_dir: Path, **overrides: Any) -> StoreConfig:
         "store_dir": store_dir,
         "commitlog_file_size": FILE_SIZE,
         "consumequeue_file_entries": CQ_ENTRIES,
-        # A small message index: the default one is a 420 MB (sparse) file.
+        # A small message index: the default one takes 420 MB of disk.
         "max_hash_slots": 64,
         "max_index_count": 512,
         # No background checkpoint while a test runs: recovery starts where the test says.

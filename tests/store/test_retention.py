@@ -103,7 +103,7 @@ def segment_names(store: MessageStore) -> list[int]:
 
 
 def on_disk(directory: Path) -> list[int]:
-    return sorted(int(path.name) for path in directory.iterdir())
+    return sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit())  # not spares
 
 
 def age(store: MessageStore, clock: FakeClock, hours_by_segment: dict[int, float]) -> None:

@@ -1,0 +1,297 @@
+"""A full disk, store by store: files are allocated before they are mapped, a write that does not
+fit is refused whole with DiskFullError, the index and the small files survive it, and a store
+opens on a full disk. Most tests run on a real small file system (a size-limited tmpfs)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.store import DiskFullError, Message, MessageStore
+from app.store.atomic_file import write_atomically
+from app.store.consumer_offsets import OffsetPersistService
+from app.store.disk_guard import RESERVE_BYTES
+from app.store.mapped_file import MappedFile, allocate
+from tests.small_disk import fill, free_bytes, mounted_tmpfs
+from tests.store.conftest import message, tiny_config, wait_until
+
+DISK_MIB = 16
+SEGMENT = 256 * 1024
+BODY = 20 * 1024
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with mounted_tmpfs(tmp_path / "disk", DISK_MIB) as mount_point:
+        yield mount_point
+
+
+@pytest.fixture
+def open_store(disk: Path) -> Iterator[Any]:
+    stores: list[MessageStore] = []
+
+    def factory(**overrides: Any) -> MessageStore:
+        values: dict[str, Any] = {"commitlog_file_size": SEGMENT, "disk_refuse_writes_ratio": 100}
+        values.update(overrides)
+        store = MessageStore(tiny_config(disk / "store", **values)).open()
+        stores.append(store)
+        return store
+
+    yield factory
+    for store in stores:
+        store.close()
+
+
+def blocks_allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def read_all(store: MessageStore, queue_id: int = 0) -> list[bytes]:
+    bodies: list[bytes] = []
+    while found := store.read_messages("orders", queue_id, len(bodies), 100):
+        bodies += [m.body for m in found]
+    return bodies
+
+
+def batch(start: int, count: int, queue_id: int = 0) -> list[Message]:
+    return [
+        message(body=n.to_bytes(4, "big") * (BODY // 4), queue_id=queue_id)
+        for n in range(start, start + count)
+    ]
+
+
+def spare_ready(store: MessageStore) -> bool:
+    return bool(store.commitlog.files.prepared)
+
+
+def state(store: MessageStore) -> tuple[int, dict[tuple[str, int], int]]:
+    """What a reader can see: the end of the CommitLog and of every queue that holds anything."""
+    queues = {key: queue.max_offset for key, queue in store.consume_queues.items() if queue.max_offset}
+    return store.commitlog.max_offset, queues
+
+
+# -- allocation ----------------------------------------------------------------------------------
+
+
+def test_every_new_file_is_allocated_not_sparse(make_store: Any) -> None:
+    store = make_store()
+    store.append([message(KEYS="k")])
+    assert store.index_service is not None and store.index_service.wait_indexed()
+    wait_until(lambda: spare_ready(store), what="the next segment allocated ahead")
+    files = [
+        *store.commitlog.files.files,
+        *store.commitlog.files.prepared,
+        *store.consume_queues[("orders", 0)].files.files,
+        *(index.mapped for index in store.index_service.files),
+    ]
+    assert len(files) == 4
+    for mapped in files:
+        assert blocks_allocated(mapped.path) >= mapped.file_size, mapped.path
+
+
+def test_a_file_that_does_not_fit_raises_disk_full_and_leaves_nothing(disk: Path) -> None:
+    fill(disk, leave_bytes=1 << 20)
+    free = free_bytes(disk)
+    with pytest.raises(DiskFullError, match="no room"):
+        MappedFile.create(disk / "segments", 0, 2 << 20)
+    assert list((disk / "segments").iterdir()) == []
+    assert free_bytes(disk) == free
+
+
+def test_without_posix_fallocate_zeros_are_written(disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    # The file systems at hand all support posix_fallocate: this one pretends not to.
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    fd = os.open(disk / "zeros", os.O_RDWR | os.O_CREAT)
+    try:
+        allocate(fd, 3 << 20, disk / "zeros")
+    finally:
+        os.close(fd)
+    assert blocks_allocated(disk / "zeros") >= 3 << 20
+    fill(disk, leave_bytes=1 << 20)
+    with pytest.raises(DiskFullError):
+        MappedFile.create(disk, 1 << 30, 2 << 20)
+    assert not (disk / "00000000001073741824").exists()
+
+
+# -- a batch is refused whole --------------------------------------------------------------------
+
+
+def test_a_batch_is_refused_whole_when_a_commitlog_segment_it_needs_does_not_fit(
+    open_store: Any, disk: Path
+) -> None:
+    store = open_store()
+    acked = store.append(batch(0, 4))
+    wait_until(lambda: spare_ready(store), what="the next segment allocated ahead")
+    # Room for one more segment: the batch needs the spare and two more.
+    fill(disk, leave_bytes=RESERVE_BYTES + SEGMENT + SEGMENT // 2)
+    before = state(store)
+    with pytest.raises(DiskFullError):
+        store.append(batch(100, 3 * SEGMENT // BODY + 4))
+    assert state(store) == before
+    # What fits still goes in, and everything acknowledged reads back.
+    acked += store.append(batch(200, 4))
+    assert read_all(store) == [m.body for m in batch(0, 4) + batch(200, 4)]
+    assert [store.look_message(r.physical_offset) is not None for r in acked] == [True] * 8
+
+
+def test_a_batch_is_refused_whole_when_a_consume_queue_segment_it_needs_does_not_fit(
+    open_store: Any, disk: Path
+) -> None:
+    store = open_store(commitlog_file_size=1 << 20)
+    store.append(batch(0, 8))  # the queue's first segment (8 entries) is full
+    wait_until(lambda: spare_ready(store), what="the next segment allocated ahead")
+    filler = fill(disk, leave_bytes=RESERVE_BYTES)  # the CommitLog segment has room, the disk none
+    before = state(store)
+    with pytest.raises(DiskFullError):
+        store.append([*batch(8, 1, queue_id=1), *batch(9, 1, queue_id=0)])
+    assert state(store) == before
+    assert read_all(store) == [m.body for m in batch(0, 8)]
+
+    filler.unlink()
+    results = store.append(batch(10, 1, queue_id=0))
+    assert results[0].queue_offset == 8
+
+
+# -- the message index ----------------------------------------------------------------------------
+
+
+def test_the_index_skips_while_no_index_file_fits_and_resumes_when_space_returns(
+    open_store: Any, disk: Path
+) -> None:
+    store = open_store(
+        max_hash_slots=16, max_index_count=8, commitlog_file_size=1 << 20, consumequeue_file_entries=64
+    )
+    index = store.index_service
+    assert index is not None
+    store.append([message(body=b"a", KEYS=f"early{i}") for i in range(6)])  # 6 of the file's 7 entries
+    assert index.wait_indexed()
+    filler = fill(disk, leave_bytes=RESERVE_BYTES)
+    store.append([message(body=b"b", KEYS=f"late{i}") for i in range(3)])  # the file is full: skipped
+    assert index.wait_indexed() and index.skipped_messages > 0
+    assert index._thread is not None and index._thread.is_alive()
+    assert [m.body for m in store.query_message_by_key("orders", "early1")] == [b"a"]
+
+    filler.unlink()
+
+    def indexed_again() -> bool:
+        store.append([message(body=b"c", KEYS="again")])
+        return bool(index.wait_indexed() and store.query_message_by_key("orders", "again"))
+
+    wait_until(indexed_again, what="indexing to resume")
+
+
+def test_a_store_opens_on_a_full_disk_even_when_the_index_needs_a_new_file(
+    open_store: Any, disk: Path
+) -> None:
+    store = open_store(commitlog_file_size=1 << 20)
+    store.append(batch(0, 3))
+    store.close()
+    for path in (disk / "store" / "index").iterdir():
+        path.unlink()  # lost: the index is rebuilt from the CommitLog at start, into a new file
+    fill(disk)
+    reopened = open_store(commitlog_file_size=1 << 20)
+    assert reopened.index_service is not None and reopened.index_service.wait_indexed()
+    assert reopened.index_service.skipped_messages == 3
+    assert read_all(reopened) == [m.body for m in batch(0, 3)]
+
+
+# -- starting on a full disk ------------------------------------------------------------------------
+
+
+def test_a_store_opens_on_a_full_disk_serves_reads_and_refuses_writes_until_space_returns(
+    open_store: Any, disk: Path
+) -> None:
+    store = open_store()
+    acked = store.append(batch(0, 30))
+    store.close()
+    # A crash cut the creation of the next segments short: empty files, which need room to size.
+    commitlog = disk / "store" / "commitlog"
+    (commitlog / f"{(acked[-1].physical_offset // SEGMENT + 1) * SEGMENT:020d}").touch()
+    (disk / "store" / "consumequeue" / "orders" / "0" / f"{4 * 8 * 20:020d}").touch()
+    filler = fill(disk)  # not a byte left
+
+    reopened = open_store()
+    assert read_all(reopened) == [m.body for m in batch(0, 30)]
+    with pytest.raises(DiskFullError):
+        for start in range(100, 1000, 10):  # into the allocated rest of the segment, then refused
+            reopened.append(batch(start, 10))
+
+    filler.unlink()
+    wait_until(lambda: bool(reopened.append(batch(2000, 1))), what="writes accepted again")
+
+
+def test_a_store_closes_cleanly_on_a_full_disk(open_store: Any, disk: Path) -> None:
+    # No background flush writes the checkpoint before the close: it is a new file then.
+    store = open_store(flush_interval_consumequeue_ms=3_600_000, flush_interval_index_ms=3_600_000)
+    store.append(batch(0, 3))
+    fill(disk)
+    store.close()
+    assert not store.is_open and not (disk / "store" / "abort").exists()
+    assert read_all(open_store()) == [m.body for m in batch(0, 3)]
+
+
+# -- the disk guard ---------------------------------------------------------------------------------
+
+
+def test_the_guard_is_asked_before_each_new_segment_not_only_on_its_timer(tmp_path: Path) -> None:
+    usage = [50.0]
+    frozen = 1_000_000.0  # the guard's interval never elapses: only a new segment re-reads the disk
+    store = MessageStore(tiny_config(tmp_path / "store"), clock=lambda: frozen, disk_usage=lambda: usage[0])
+    store.open()
+    try:
+        store.append([message()])
+        wait_until(lambda: spare_ready(store), what="the next segment allocated ahead")
+        usage[0] = 95.0
+        assert store.disk_guard.writable
+        for _ in range(200):  # roll onto the spare: the next one is refused
+            if not store.disk_guard.writable:
+                break
+            store.append([message(body=bytes(512))])
+            wait_until(
+                lambda: spare_ready(store) or not store.disk_guard.writable, what="a spare or a refusal"
+            )
+        with pytest.raises(DiskFullError, match="95.0 % full"):
+            store.append([message()])
+    finally:
+        store.close()
+
+
+# -- small files ----------------------------------------------------------------------------------
+
+
+def test_a_small_file_that_does_not_fit_keeps_the_old_content(disk: Path) -> None:
+    path = disk / "config" / "topics.json"
+    write_atomically(path, b"old")
+    filler = fill(disk)
+    with pytest.raises(DiskFullError):
+        write_atomically(path, bytes(64 * 1024))
+    assert path.read_bytes() == b"old"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["topics.json"]
+    filler.unlink()
+    write_atomically(path, b"new")
+    assert path.read_bytes() == b"new"
+
+
+def test_consumer_offsets_are_persisted_on_the_next_pass_once_space_returns(
+    open_store: Any, disk: Path
+) -> None:
+    store = open_store()
+    offsets = store.consumer_offsets
+    offsets.commit("billing", "orders", 0, 7)
+    filler = fill(disk)
+    service = OffsetPersistService(offsets, 3_600_000)
+    service.run_once()  # logs, does not raise: the offsets stay in memory
+    assert not offsets.path.exists() and offsets.committed("billing", "orders", 0) == 7
+    filler.unlink()
+    service.run_once()
+    assert b'"0": 7' in offsets.path.read_bytes()
+    assert threading.active_count() >= 1
