@@ -22,10 +22,14 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    """``python -m app`` in a child process with its own store directory and WHARF_* settings."""
+    """``python -m app`` in a child process with its own store directory and WHARF_* settings.
 
-    def __init__(self, store_dir: Path, **settings: object) -> None:
+    ``module`` runs another entry point instead (one that wraps the broker, as
+    :mod:`tests.store.sync_journal` does)."""
+
+    def __init__(self, store_dir: Path, *, module: str = "app", **settings: object) -> None:
         self.store_dir = store_dir
+        self.module = module
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -44,7 +48,7 @@ class BrokerProcess:
     def start(self, timeout_s: float = 30.0) -> BrokerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", self.module], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
         log.close()
         deadline = time.monotonic() + timeout_s
