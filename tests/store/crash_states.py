@@ -13,9 +13,8 @@ and, at random, some of what they had not made durable yet. For a cut after sync
   picked at random shows its next listing instead (a new name that reached the disk early, or a
   deleted one that is gone early).
 
-Inodes identify files, so a rename is right: a temporary file synced and renamed over a name is
-that name's content only once the directory was synced after the rename. The inode number of a
-deleted file can be reused by the file system; the stores under test delete nothing during the run.
+Files are known by identity (inode and generation), so a rename is right: a temporary file synced
+and renamed over a name is that name's content only once the directory was synced after the rename.
 """
 
 from __future__ import annotations
@@ -52,16 +51,16 @@ class CrashState:
 
 
 class CrashStates:
-    """Builds crash states of the directory tree rooted at inode ``root_inode``; the power went at
+    """Builds crash states of the directory tree whose root has ``root_identity``; the power went at
     monotonic time ``lost_at`` (what was acknowledged before that instant may be due)."""
 
-    def __init__(self, events: list[SyncEvent], root_inode: int, lost_at: float) -> None:
+    def __init__(self, events: list[SyncEvent], root_identity: str, lost_at: float) -> None:
         self.events = events
-        self.root_inode = root_inode
+        self.root_identity = root_identity
         self.lost_at = lost_at
-        self._by_inode: dict[int, list[int]] = defaultdict(list)
+        self._by_identity: dict[str, list[int]] = defaultdict(list)
         for index, event in enumerate(events):
-            self._by_inode[event.inode].append(index)
+            self._by_identity[event.identity].append(index)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -71,36 +70,36 @@ class CrashStates:
         torn when ``rng`` is given."""
         lost_at = self.events[cut].time if cut < len(self.events) else self.lost_at
         state = CrashState(cut, lost_at, torn=rng is not None)
-        contents: dict[int, bytearray] = {}
-        listings: dict[int, dict[str, tuple[int, bool]]] = {}
+        contents: dict[str, bytearray] = {}
+        listings: dict[str, dict[str, tuple[str, bool]]] = {}
         for event in self.events[:cut]:
             if isinstance(event, DirectorySync):
-                listings[event.inode] = event.entries
+                listings[event.identity] = event.entries
                 continue
-            content = contents.setdefault(event.inode, bytearray())
+            content = contents.setdefault(event.identity, bytearray())
             _apply(content, event)
-        self._write_directory(target, self.root_inode, cut, contents, listings, rng, state)
+        self._write_directory(target, self.root_identity, cut, contents, listings, rng, state)
         return state
 
-    def _next_event(self, inode: int, cut: int) -> SyncEvent | None:
-        indexes = self._by_inode.get(inode, [])
+    def _next_event(self, identity: str, cut: int) -> SyncEvent | None:
+        indexes = self._by_identity.get(identity, [])
         position = bisect.bisect_left(indexes, cut)
         return self.events[indexes[position]] if position < len(indexes) else None
 
     def _write_directory(
         self,
         path: Path,
-        inode: int,
+        identity: str,
         cut: int,
-        contents: dict[int, bytearray],
-        listings: dict[int, dict[str, tuple[int, bool]]],
+        contents: dict[str, bytearray],
+        listings: dict[str, dict[str, tuple[str, bool]]],
         rng: random.Random | None,
         state: CrashState,
     ) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        entries = listings.get(inode, {})
+        entries = listings.get(identity, {})
         if rng is not None and rng.random() < TORN_DIRECTORY_CHANCE:
-            following = self._next_event(inode, cut)
+            following = self._next_event(identity, cut)
             if isinstance(following, DirectorySync) and following.entries != entries:
                 entries = following.entries
                 state.early_directories.append(following.path)
@@ -114,9 +113,9 @@ class CrashStates:
                 (path / name).write_bytes(bytes(data) if data is not None else b"")
 
     def _tear(
-        self, inode: int, cut: int, data: bytearray | None, rng: random.Random, state: CrashState
+        self, identity: str, cut: int, data: bytearray | None, rng: random.Random, state: CrashState
     ) -> bytearray | None:
-        following = self._next_event(inode, cut)
+        following = self._next_event(identity, cut)
         if not isinstance(following, FileSync) or not following.pages:
             return data
         torn = bytearray(data) if data is not None else bytearray(following.size)

@@ -5,10 +5,12 @@ wrapping ``os.fsync`` and ``os.fdatasync`` (the store forces data with nothing e
 ``mmap.flush``). A sync of a regular file first reads the file's whole content (that is at least what
 the sync makes durable), then calls the real function, then appends an event to the journal in
 ``$WHARF_TEST_SYNC_JOURNAL/journal.bin``: a global sequence number, ``time.monotonic()`` (Linux's
-CLOCK_MONOTONIC is system-wide, so it compares with the test process's clock), the inode and the
-4 KiB pages that changed since that inode's previous event. A sync of a directory records its
-listing, name -> inode. Syncs of one inode are serialised, so the journal never shows an older
-content after a newer one.
+CLOCK_MONOTONIC is system-wide, so it compares with the test process's clock), the file's identity
+and the 4 KiB pages that changed since that file's previous event. A sync of a directory records its
+listing, name -> identity. An identity is the inode number and the inode's generation, since a file
+system reuses the number of a deleted file (a renamed-over ``topics.json`` gives its number to the
+next new segment); on a file system without generations it is the inode number alone. Syncs of one
+file are serialised, so the journal never shows an older content after a newer one.
 
 The event is written after the real sync returned and before the wrapper returns to the store, so a
 producer acknowledged because of a sync always finds that sync in the journal with an earlier
@@ -21,6 +23,7 @@ Frame: ``length (4, big-endian) | JSON header | changed pages (4096 B each, in h
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -37,6 +40,7 @@ PAGE_SIZE = 4096
 FRAME_LENGTH = struct.Struct(">I")
 JOURNAL_ENV = "WHARF_TEST_SYNC_JOURNAL"
 JOURNAL_NAME = "journal.bin"
+FS_IOC_GETVERSION = 0x80087601  # the inode's generation: ext4 renews it when an inode number is reused
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +49,7 @@ class FileSync:
 
     seq: int
     time: float
-    inode: int
+    identity: str
     path: str
     size: int
     pages: dict[int, bytes]
@@ -53,13 +57,13 @@ class FileSync:
 
 @dataclass(frozen=True, slots=True)
 class DirectorySync:
-    """A directory's listing made durable: name -> (inode, is a directory)."""
+    """A directory's listing made durable: name -> (identity, is a directory)."""
 
     seq: int
     time: float
-    inode: int
+    identity: str
     path: str
-    entries: dict[str, tuple[int, bool]]
+    entries: dict[str, tuple[str, bool]]
 
 
 SyncEvent = FileSync | DirectorySync
@@ -72,8 +76,8 @@ class SyncRecorder:
         directory.mkdir(parents=True, exist_ok=True)
         self._journal = os.open(directory / JOURNAL_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._lock = threading.Lock()
-        self._inode_locks: dict[int, threading.Lock] = {}
-        self._contents: dict[int, bytes] = {}
+        self._file_locks: dict[str, threading.Lock] = {}
+        self._contents: dict[str, bytes] = {}
         self._seq = 0
 
     def install(self) -> None:
@@ -88,41 +92,42 @@ class SyncRecorder:
                 info = os.fstat(number)
             except OSError:
                 return real(fd)
-            mode, inode = info.st_mode, info.st_ino
+            mode = info.st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 return real(fd)
-            with self._inode_lock(inode):
+            identity = file_identity(number)
+            with self._file_lock(identity):
                 path = os.readlink(f"/proc/self/fd/{number}")
                 if stat.S_ISDIR(mode):
                     entries = _listing(number)
                     real(fd)
-                    self._record({"kind": "dir", "inode": inode, "path": path, "entries": entries}, [])
+                    self._record({"kind": "dir", "identity": identity, "path": path, "entries": entries}, [])
                 else:
                     content = _content(number)
                     real(fd)
-                    self._record_file(inode, path, content)
+                    self._record_file(identity, path, content)
             return None
 
         return synced
 
-    def _inode_lock(self, inode: int) -> threading.Lock:
+    def _file_lock(self, identity: str) -> threading.Lock:
         with self._lock:
-            lock = self._inode_locks.get(inode)
+            lock = self._file_locks.get(identity)
             if lock is None:
-                lock = self._inode_locks[inode] = threading.Lock()
+                lock = self._file_locks[identity] = threading.Lock()
             return lock
 
-    def _record_file(self, inode: int, path: str, content: bytes) -> None:
-        previous = self._contents.get(inode, b"")
+    def _record_file(self, identity: str, path: str, content: bytes) -> None:
+        previous = self._contents.get(identity, b"")
         changed = [
             number
             for number in range((len(content) + PAGE_SIZE - 1) // PAGE_SIZE)
             if content[number * PAGE_SIZE : (number + 1) * PAGE_SIZE]
             != previous[number * PAGE_SIZE : (number + 1) * PAGE_SIZE]
         ]
-        self._contents[inode] = content
+        self._contents[identity] = content
         pages = [content[n * PAGE_SIZE : (n + 1) * PAGE_SIZE].ljust(PAGE_SIZE, b"\0") for n in changed]
-        header = {"kind": "file", "inode": inode, "path": path, "size": len(content), "pages": changed}
+        header = {"kind": "file", "identity": identity, "path": path, "size": len(content), "pages": changed}
         self._record(header, pages)
 
     def _record(self, header: dict[str, object], pages: list[bytes]) -> None:
@@ -135,6 +140,23 @@ class SyncRecorder:
             view = memoryview(frame)
             while view:
                 view = view[os.write(self._journal, view) :]
+
+
+def file_identity(fd: int) -> str:
+    """``inode.generation`` of the file or directory open as ``fd``."""
+    try:
+        generation = struct.unpack_from("=I", fcntl.ioctl(fd, FS_IOC_GETVERSION, bytes(8)))[0]
+    except OSError:  # no generations on this file system
+        generation = 0
+    return f"{os.fstat(fd).st_ino}.{generation}"
+
+
+def path_identity(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return file_identity(fd)
+    finally:
+        os.close(fd)
 
 
 def _content(fd: int) -> bytes:
@@ -155,14 +177,17 @@ def _content(fd: int) -> bytes:
         os.close(reader)
 
 
-def _listing(fd: int) -> dict[str, tuple[int, bool]]:
+def _listing(fd: int) -> dict[str, tuple[str, bool]]:
     entries = {}
     for name in os.listdir(fd):
         try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            entry = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
         except FileNotFoundError:  # removed while listing: the sync may or may not carry it
             continue
-        entries[name] = (info.st_ino, stat.S_ISDIR(info.st_mode))
+        try:
+            entries[name] = (file_identity(entry), stat.S_ISDIR(os.fstat(entry).st_mode))
+        finally:
+            os.close(entry)
     return entries
 
 
@@ -179,9 +204,9 @@ def read_journal(directory: Path) -> list[SyncEvent]:
         header = json.loads(raw[start : start + length])
         position = start + length
         if header["kind"] == "dir":
-            entries = {name: (inode, is_dir) for name, (inode, is_dir) in header["entries"].items()}
+            entries = {name: (identity, is_dir) for name, (identity, is_dir) in header["entries"].items()}
             events.append(
-                DirectorySync(header["seq"], header["time"], header["inode"], header["path"], entries)
+                DirectorySync(header["seq"], header["time"], header["identity"], header["path"], entries)
             )
             continue
         end = position + PAGE_SIZE * len(header["pages"])
@@ -193,7 +218,7 @@ def read_journal(directory: Path) -> list[SyncEvent]:
         }
         position = end
         events.append(
-            FileSync(header["seq"], header["time"], header["inode"], header["path"], header["size"], pages)
+            FileSync(header["seq"], header["time"], header["identity"], header["path"], header["size"], pages)
         )
     return events
 

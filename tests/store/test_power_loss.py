@@ -50,7 +50,7 @@ from app.store import FlushMode, GetMessageStatus, Message, MessageStore, StoreC
 from app.store.record import PROPERTY_UNIQ_KEY
 from tests.api.server import BrokerProcess
 from tests.store.crash_states import CrashState, CrashStates
-from tests.store.sync_journal import JOURNAL_ENV, read_journal
+from tests.store.sync_journal import JOURNAL_ENV, path_identity, read_journal
 
 STATES = int(os.environ.get("WHARF_POWERLOSS_STATES") or 24)
 SECONDS = float(os.environ.get("WHARF_POWERLOSS_SECONDS") or 5)
@@ -210,7 +210,7 @@ def record_run(tmp_path: Path, flush_mode: FlushMode) -> tuple[Workload, CrashSt
     finally:
         broker.kill()
     assert workload.acks, f"the broker acknowledged nothing:\n{broker.log()[-3000:]}"
-    return workload, CrashStates(read_journal(journal_dir), os.stat(store_dir).st_ino, killed_at)
+    return workload, CrashStates(read_journal(journal_dir), path_identity(store_dir), killed_at)
 
 
 # -- checks ----------------------------------------------------------------------------------------
