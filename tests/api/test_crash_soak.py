@@ -15,8 +15,9 @@ Afterwards the queues are read back whole and checked:
 * each queue reads from 0 to its max offset without a gap, and every body stored was sent;
 * a body is stored twice only when its producer resent it after a connection error (the
   idempotency window does not outlive a restart yet: :func:`test_a_resent_unique_id_is_stored_once_across_a_restart`);
-* max offsets never went backwards across a restart, and neither did committed offsets (each
-  restart loads at least what the previous one did), and a restart never lost an acknowledged offset.
+* max offsets never went backwards across a restart, and a restart never lost an acknowledged
+  offset; committed offsets never went backwards either: a restart loads at least what was in the
+  offset file just before the kill, and at least what the previous restart loaded.
 
 Under ASYNC_FLUSH the same holds (a quarter of the rounds, at least 5), since SIGKILL leaves the
 page cache: what a power loss may lose there is bounded in tests/store/test_power_loss.py.
@@ -28,6 +29,7 @@ page cache: what a power loss may lose there is bounded in tests/store/test_powe
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -170,6 +172,20 @@ def queue_offsets(client: httpx.Client) -> tuple[dict[QueueKey, int], dict[Queue
     return max_offsets, committed
 
 
+def persisted_offsets(store_dir: Path) -> dict[QueueKey, int]:
+    """GROUP's offsets as the broker last wrote them to disk (the file is replaced atomically)."""
+    path = store_dir / "config" / "consumerOffset.json"
+    if not path.exists():
+        return {}
+    table = json.loads(path.read_bytes())["offsetTable"]
+    return {
+        (key.rsplit("@", 1)[0], int(queue_id)): offset
+        for key, queues in table.items()
+        if key.endswith(f"@{GROUP}")
+        for queue_id, offset in queues.items()
+    }
+
+
 def wait_for(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + PROGRESS_TIMEOUT_S
     while not condition():
@@ -250,6 +266,7 @@ def test_acknowledged_messages_survive_repeated_sigkills(
                 )
                 time.sleep(rng.uniform(0.0, 0.4))  # a random moment to crash at, not a wait for anything
                 max_before, _ = queue_offsets(client)
+                persisted = persisted_offsets(broker.store_dir)
                 may_pull.clear()
                 broker.kill()
                 acked_before: dict[QueueKey, int] = {}
@@ -266,6 +283,11 @@ def test_acknowledged_messages_survive_repeated_sigkills(
                 for key, offset in acked_before.items():
                     assert max_after[key] > offset, (
                         f"round {round_no}: {key} lost acknowledged offset {offset}"
+                    )
+                for key, offset in persisted.items():
+                    assert committed_after.get(key, -1) >= offset, (
+                        f"round {round_no}: {key} was persisted at {offset}, the restart loaded "
+                        f"{committed_after.get(key)}"
                     )
                 for key, offset in committed_seen.items():
                     assert committed_after.get(key, -1) >= offset, (

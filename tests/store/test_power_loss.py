@@ -9,13 +9,15 @@ extra service, and because it can enumerate many crash states from one run):
    every file at every ``fsync``/``fdatasync`` and the listing of every directory synced.
 2. Producer threads POST single messages and batches with unique bodies through the HTTP API and note
    each SEND_OK with its queue offset and the monotonic time the answer arrived. Segments are tiny,
-   so CommitLog, ConsumeQueue and index files roll over many times. Then the broker is SIGKILLed.
+   so CommitLog, ConsumeQueue and index files roll over many times. The first run stops cleanly
+   after a second (so the checkpoint is on disk and the second run's recovery starts from it); the
+   second adds a topic (new ConsumeQueue directories) and is SIGKILLed under the producers.
 3. :mod:`tests.store.crash_states` builds crash states from the journal: the disk as it would be
    after a power loss just before a random sync (only synced names and synced content), half of
    them torn (unsynced pages and directory entries that reached the disk anyway), plus the last one.
 4. Every state is recovered in-process by a :class:`MessageStore` and checked:
 
-   * recovery was unclean (the abort file survived);
+   * recovery was unclean (the abort file survived) once anything was acknowledged;
    * every message acknowledged before the power loss reads back at its queue offset with its body,
      and by its message id (under ASYNC_FLUSH: every message acknowledged more than the flush
      intervals plus a margin before it);
