@@ -74,6 +74,7 @@ class MappedFile:
         "flushed_position",
         "last_store_timestamp",
         "directory_synced",
+        "new_directories",
         "available",
         "first_shutdown_ms",
         "_holders",
@@ -108,6 +109,7 @@ class MappedFile:
         self.flushed_position = 0
         self.last_store_timestamp = 0
         self.directory_synced = True
+        self.new_directories: tuple[Path, ...] = ()
         self.available = True
         self.first_shutdown_ms = 0
         # One item per reader holding the segment: list append and pop are atomic under the GIL,
@@ -118,10 +120,12 @@ class MappedFile:
     @classmethod
     def create(cls, directory: Path, offset: int, file_size: int, suffix: str = "") -> MappedFile:
         """A new segment, allocated; ``suffix`` names a spare until :meth:`rename` drops it."""
-        directory.mkdir(parents=True, exist_ok=True)
+        new_directories = _make_directories(directory)
         mapped = cls(directory / (segment_name(offset) + suffix), file_size)
-        # The new name reaches the disk with the segment's first flush, off the append path.
+        # The new name reaches the disk with the segment's first flush, off the append path; so do
+        # the names of the directories made for it (a new ConsumeQueue's topic and queue directory).
         mapped.directory_synced = False
+        mapped.new_directories = new_directories
         return mapped
 
     def rename(self, path: Path) -> None:
@@ -151,6 +155,8 @@ class MappedFile:
         wrote = self.wrote_position
         if wrote > self.flushed_position and not self._closed:
             if not self.directory_synced:
+                for directory in self.new_directories:
+                    _fsync_dir(directory.parent)
                 _fsync_dir(self.path.parent)
                 self.directory_synced = True
             os.fdatasync(self.fd)
@@ -246,6 +252,17 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+def _make_directories(directory: Path) -> tuple[Path, ...]:
+    """Make ``directory`` and its missing parents; returns those it made, outermost first."""
+    missing = []
+    current = directory
+    while not current.is_dir():
+        missing.append(current)
+        current = current.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    return tuple(reversed(missing))
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -29,6 +29,7 @@ from app.store.filter import TagFilter
 from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
 from app.store.index_service import IndexService
 from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
+from app.store.mapped_file import _fsync_dir
 from app.store.record import (
     FIXED_SIZE,
     MESSAGE_MAGIC,
@@ -141,7 +142,10 @@ class MessageStore:
         config = self.config
         config.store_dir.mkdir(parents=True, exist_ok=True)
         self.dir_lock.acquire()
-        for directory in (config.commitlog_dir, config.consumequeue_dir, config.config_dir):
+        directories = [config.commitlog_dir, config.consumequeue_dir, config.config_dir]
+        if self.index_service is not None:
+            directories.append(config.index_dir)
+        for directory in directories:
             directory.mkdir(parents=True, exist_ok=True)
         clean = not config.abort_path.exists()
         try:
@@ -182,6 +186,9 @@ class MessageStore:
             raise
         self._forget_clean_end()
         self._touch_abort_file()
+        # A power loss must not take the abort file (the next start would trust the disk and skip
+        # the re-dispatch), nor the names of the directories made above: force the store root.
+        _fsync_dir(config.store_dir)
         self.commitlog.open()
         self._start_services()
         self.is_open = True

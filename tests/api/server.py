@@ -23,7 +23,9 @@ def free_port() -> int:
 
 class BrokerProcess:
     """``python -m app`` in a child process with its own store directory and WHARF_* settings.
-    ``module`` runs another entry point instead, e.g. one that wraps the disk before starting the app."""
+
+    ``module`` runs another entry point instead: one that wraps the disk or the broker before
+    starting the app (:mod:`tests.api.stalled_disk`, :mod:`tests.store.sync_journal`)."""
 
     def __init__(self, store_dir: Path, *, module: str = "app", **settings: object) -> None:
         self.store_dir = store_dir

@@ -1,0 +1,234 @@
+"""A journal of what every ``fsync``/``fdatasync`` made durable, for power-loss tests.
+
+``python -m tests.store.sync_journal`` runs the broker exactly as ``python -m app`` does, after
+wrapping ``os.fsync`` and ``os.fdatasync`` (the store forces data with nothing else: it never calls
+``mmap.flush``). A sync of a regular file first reads the file's whole content (that is at least what
+the sync makes durable), then calls the real function, then appends an event to the journal in
+``$WHARF_TEST_SYNC_JOURNAL/journal.bin``: a global sequence number, ``time.monotonic()`` (Linux's
+CLOCK_MONOTONIC is system-wide, so it compares with the test process's clock), the file's identity
+and the 4 KiB pages that changed since that file's previous event. A sync of a directory records its
+listing, name -> identity. An identity is the inode number and the inode's generation, since a file
+system reuses the number of a deleted file (a renamed-over ``topics.json`` gives its number to the
+next new segment); on a file system without generations it is the inode number alone. Syncs of one
+file are serialised, so the journal never shows an older content after a newer one.
+
+The event is written after the real sync returned and before the wrapper returns to the store, so a
+producer acknowledged because of a sync always finds that sync in the journal with an earlier
+timestamp than its acknowledgement. The journal itself is never forced: the test reads it after a
+SIGKILL, which leaves the page cache intact. A partial last event (the broker killed while writing
+it) is ignored by :func:`read_journal`.
+
+Frame: ``length (4, big-endian) | JSON header | changed pages (4096 B each, in header order)``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import stat
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+PAGE_SIZE = 4096
+FRAME_LENGTH = struct.Struct(">I")
+JOURNAL_ENV = "WHARF_TEST_SYNC_JOURNAL"
+JOURNAL_NAME = "journal.bin"
+FS_IOC_GETVERSION = 0x80087601  # the inode's generation: ext4 renews it when an inode number is reused
+
+
+@dataclass(frozen=True, slots=True)
+class FileSync:
+    """A regular file's content made durable: its size and the pages changed since its last sync."""
+
+    seq: int
+    time: float
+    identity: str
+    path: str
+    size: int
+    pages: dict[int, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectorySync:
+    """A directory's listing made durable: name -> (identity, is a directory)."""
+
+    seq: int
+    time: float
+    identity: str
+    path: str
+    entries: dict[str, tuple[str, bool]]
+
+
+SyncEvent = FileSync | DirectorySync
+
+
+class SyncRecorder:
+    """Wraps ``os.fsync`` and ``os.fdatasync`` so that every sync is journaled (see the module doc)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._journal = os.open(directory / JOURNAL_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+        self._file_locks: dict[str, threading.Lock] = {}
+        self._contents: dict[str, bytes] = {}
+        self._seq = 0
+
+    def install(self) -> None:
+        os.fsync = self._wrap(os.fsync)
+        os.fdatasync = self._wrap(os.fdatasync)
+
+    def _wrap(self, real: Callable[[int], None]) -> Callable[[int], None]:
+        @functools.wraps(real)
+        def synced(fd: int) -> None:
+            number = fd if isinstance(fd, int) else fd.fileno()
+            try:
+                info = os.fstat(number)
+            except OSError:
+                return real(fd)
+            mode = info.st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                return real(fd)
+            identity = file_identity(number)
+            with self._file_lock(identity):
+                path = os.readlink(f"/proc/self/fd/{number}")
+                if stat.S_ISDIR(mode):
+                    entries = _listing(number)
+                    real(fd)
+                    self._record({"kind": "dir", "identity": identity, "path": path, "entries": entries}, [])
+                else:
+                    content = _content(number)
+                    real(fd)
+                    self._record_file(identity, path, content)
+            return None
+
+        return synced
+
+    def _file_lock(self, identity: str) -> threading.Lock:
+        with self._lock:
+            lock = self._file_locks.get(identity)
+            if lock is None:
+                lock = self._file_locks[identity] = threading.Lock()
+            return lock
+
+    def _record_file(self, identity: str, path: str, content: bytes) -> None:
+        previous = self._contents.get(identity, b"")
+        changed = [
+            number
+            for number in range((len(content) + PAGE_SIZE - 1) // PAGE_SIZE)
+            if content[number * PAGE_SIZE : (number + 1) * PAGE_SIZE]
+            != previous[number * PAGE_SIZE : (number + 1) * PAGE_SIZE]
+        ]
+        self._contents[identity] = content
+        pages = [content[n * PAGE_SIZE : (n + 1) * PAGE_SIZE].ljust(PAGE_SIZE, b"\0") for n in changed]
+        header = {"kind": "file", "identity": identity, "path": path, "size": len(content), "pages": changed}
+        self._record(header, pages)
+
+    def _record(self, header: dict[str, object], pages: list[bytes]) -> None:
+        with self._lock:
+            self._seq += 1
+            header["seq"] = self._seq
+            header["time"] = time.monotonic()
+            encoded = json.dumps(header).encode()
+            frame = b"".join([FRAME_LENGTH.pack(len(encoded)), encoded, *pages])
+            view = memoryview(frame)
+            while view:
+                view = view[os.write(self._journal, view) :]
+
+
+def file_identity(fd: int) -> str:
+    """``inode.generation`` of the file or directory open as ``fd``."""
+    try:
+        generation = struct.unpack_from("=I", fcntl.ioctl(fd, FS_IOC_GETVERSION, bytes(8)))[0]
+    except OSError:  # no generations on this file system
+        generation = 0
+    return f"{os.fstat(fd).st_ino}.{generation}"
+
+
+def path_identity(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return file_identity(fd)
+    finally:
+        os.close(fd)
+
+
+def _content(fd: int) -> bytes:
+    """The whole file behind ``fd``, read through a fresh descriptor (``fd`` may be write-only)."""
+    reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    try:
+        size = os.fstat(reader).st_size
+        chunks = []
+        offset = 0
+        while offset < size:
+            chunk = os.pread(reader, size - offset, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(reader)
+
+
+def _listing(fd: int) -> dict[str, tuple[str, bool]]:
+    entries = {}
+    for name in os.listdir(fd):
+        try:
+            entry = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        except FileNotFoundError:  # removed while listing: the sync may or may not carry it
+            continue
+        try:
+            entries[name] = (file_identity(entry), stat.S_ISDIR(os.fstat(entry).st_mode))
+        finally:
+            os.close(entry)
+    return entries
+
+
+def read_journal(directory: Path) -> list[SyncEvent]:
+    """Every complete event of the journal in ``directory``, in sequence order."""
+    raw = (directory / JOURNAL_NAME).read_bytes()
+    events: list[SyncEvent] = []
+    position = 0
+    while position + FRAME_LENGTH.size <= len(raw):
+        (length,) = FRAME_LENGTH.unpack_from(raw, position)
+        start = position + FRAME_LENGTH.size
+        if start + length > len(raw):
+            break
+        header = json.loads(raw[start : start + length])
+        position = start + length
+        if header["kind"] == "dir":
+            entries = {name: (identity, is_dir) for name, (identity, is_dir) in header["entries"].items()}
+            events.append(
+                DirectorySync(header["seq"], header["time"], header["identity"], header["path"], entries)
+            )
+            continue
+        end = position + PAGE_SIZE * len(header["pages"])
+        if end > len(raw):
+            break
+        pages = {
+            number: raw[position + PAGE_SIZE * i : position + PAGE_SIZE * (i + 1)]
+            for i, number in enumerate(header["pages"])
+        }
+        position = end
+        events.append(
+            FileSync(header["seq"], header["time"], header["identity"], header["path"], header["size"], pages)
+        )
+    return events
+
+
+def main() -> None:
+    SyncRecorder(Path(os.environ[JOURNAL_ENV])).install()
+    from app.__main__ import main as run_broker
+
+    run_broker()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
