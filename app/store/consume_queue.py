@@ -118,24 +118,40 @@ class ConsumeQueue:
     # -- recovery --------------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Find the last valid entry, walking from the third-last segment; cut what follows it."""
+        """Find the last valid entry and cut what follows it.
+
+        The walk starts at the first segment whose last slot is empty (a segment being filled, or
+        one whose name reached the disk before its content did), and no later than the third-last
+        segment; the segments before it are full. Empty slots at the start of the first segment
+        are kept: a queue that began at a later offset starts there.
+        """
         files = self.files.files
         if not files:
             return
         file_size = self.files.file_size
+        usable = file_size - file_size % UNIT_SIZE
+        last_slot = usable - UNIT_SIZE
         start_index = max(0, len(files) - 3)
+        for index, mapped in enumerate(files[:start_index]):
+            if UNIT.unpack_from(mapped.view, last_slot)[1] <= 0:
+                start_index = index
+                break
         end = files[start_index].file_from_offset
-        for mapped in files[start_index:]:
-            valid = 0
-            for physical_offset, size, _ in UNIT.iter_unpack(
-                mapped.view[: file_size - file_size % UNIT_SIZE]
-            ):
+        for index in range(start_index, len(files)):
+            mapped = files[index]
+            leading = index == 0
+            position = valid = 0
+            for physical_offset, size, _ in UNIT.iter_unpack(mapped.view[:usable]):
+                position += UNIT_SIZE
                 if physical_offset < 0 or size <= 0:
+                    if leading:
+                        continue
                     break
-                valid += UNIT_SIZE
+                leading = False
+                valid = position
                 self.max_physical_end = physical_offset + size
             end = mapped.file_from_offset + valid
-            if valid < file_size:
+            if valid < file_size - file_size % UNIT_SIZE or valid == 0:
                 break
         self.files.set_end(end)
 

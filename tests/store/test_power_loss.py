@@ -217,14 +217,6 @@ def record_run(tmp_path: Path, flush_mode: FlushMode) -> tuple[Workload, CrashSt
 # -- checks ----------------------------------------------------------------------------------------
 
 
-class KnownRecoveryBug(AssertionError):
-    """A ConsumeQueue entry that does not resolve to its record after recovery: stale entries past the
-    end of a CommitLog whose tail was lost, or zero entries of ConsumeQueue segments whose names
-    reached the disk before their content (ConsumeQueue.recover looks at the last three segments
-    only). Recovery is being fixed for exactly this; until then such a state makes the test xfail,
-    while every other failure fails it. Remove this class once recovery cuts those entries."""
-
-
 def check_state(store: MessageStore, state: CrashState, workload: Workload, required: list[Ack]) -> None:
     if required:
         assert store.recovery is not None and not store.recovery.clean, (
@@ -232,14 +224,8 @@ def check_state(store: MessageStore, state: CrashState, workload: Workload, requ
         )
     records = check_log(store, workload)
     check_acknowledged(store, required)
-    known: KnownRecoveryBug | None = None
-    try:
-        check_consume_queues(store, records)
-    except KnownRecoveryBug as exc:
-        known = exc
+    check_consume_queues(store, records)
     check_new_appends(store)
-    if known is not None:
-        raise known
 
 
 def check_log(store: MessageStore, workload: Workload) -> dict[int, CheckedRecord]:
@@ -280,7 +266,7 @@ def check_consume_queues(store: MessageStore, records: dict[int, CheckedRecord])
         for queue_offset, physical_offset, size, _ in queue.iter_entries(queue.min_offset):
             record = records.get(physical_offset)
             if record is None:
-                raise KnownRecoveryBug(
+                raise AssertionError(
                     f"{topic}/{queue_id} entry {queue_offset} points at {physical_offset}, which is not a "
                     f"valid record of the log (the log ends at {store.commitlog.max_offset})"
                 )
@@ -290,7 +276,7 @@ def check_consume_queues(store: MessageStore, records: dict[int, CheckedRecord])
                 queue_offset,
                 size,
             ):
-                raise KnownRecoveryBug(
+                raise AssertionError(
                     f"{topic}/{queue_id} entry {queue_offset} ({physical_offset}, {size} B) does not match the "
                     f"record there"
                 )
@@ -335,7 +321,6 @@ def check_every_state(
     cuts = sorted(rng.randrange(1, len(states) + 1) for _ in range(STATES))
     plan = [(cut, rng.random() < 0.5) for cut in cuts] + [(len(states), False), (len(states), True)]
     failures: list[str] = []
-    known: list[str] = []
     for number, (cut, torn) in enumerate(plan):
         # Recovery changes the files: it runs on a copy, and a failing state keeps what was built.
         built = tmp_path / "states" / f"{number:04d}"
@@ -351,7 +336,7 @@ def check_every_state(
                 store.close()
         except Exception as exc:  # every broken state is reported, not only the first
             reason = (str(exc).splitlines() or [""])[0]
-            (known if isinstance(exc, KnownRecoveryBug) else failures).append(
+            failures.append(
                 f"state {number} ({state.describe()}; {len(needed)} acks due) built in {built}:\n"
                 f"  {type(exc).__name__}: {reason}"
             )
@@ -362,11 +347,6 @@ def check_every_state(
         f"{len(failures)} of {len(plan)} crash states failed (WHARF_POWERLOSS_SEED={SEED}, {len(states)} syncs, "
         f"{len(workload.acks)} acks):\n" + "\n".join(failures[:MAX_REPORTED_FAILURES])
     )
-    if known:
-        pytest.xfail(
-            f"{len(known)} of {len(plan)} crash states hit the known recovery bug (WHARF_POWERLOSS_SEED={SEED}):\n"
-            + "\n".join(known[:MAX_REPORTED_FAILURES])
-        )
     return len(plan)
 
 

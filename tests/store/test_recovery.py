@@ -503,6 +503,26 @@ def test_unclean_recovery_keeps_half_messages_out_of_the_consume_queues(
         assert found is not None and found.body == half.body
 
 
+@pytest.mark.parametrize("lost_segment", [0, 2, 4])
+def test_a_consume_queue_segment_whose_content_never_reached_the_disk_is_rebuilt(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path, lost_segment: int
+) -> None:
+    """The segment's name was synced with its directory, its pages were not: all zeros, followed by
+    later segments that did reach the disk. Its slots must not pass for entries."""
+    store = open_store(store_dir)
+    written = fill_segments(store, 14)
+    image = crash_image(store, tmp_path / "image")
+    store.close()
+    segments = cq_segments(image, TOPIC, 0)
+    assert len(segments) >= lost_segment + 4  # not among the last three, which are always walked
+    segments[lost_segment].write_bytes(bytes(CQ_ENTRIES * UNIT.size))
+    Checkpoint(image / "checkpoint").path.unlink(missing_ok=True)
+
+    recovered = open_store(image)
+    assert_holds_exactly(recovered, written)
+    assert_appends_continue(recovered, written, start=len(written))
+
+
 # -- 3. ConsumeQueues that run past the end of the log ---------------------------------------------
 
 
