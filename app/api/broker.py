@@ -10,7 +10,7 @@ import secrets
 import socket
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.api.codec import IncomingMessage
@@ -113,9 +113,11 @@ class Broker:
             error = await self._not_here(name)
             if error.code is ErrorCode.MISDIRECTED:
                 raise error
-            config, created = self.topics.get_or_create(name, self.settings.default_topic_queue_nums)
+            config, created = await asyncio.to_thread(
+                self.topics.get_or_create, name, self.settings.default_topic_queue_nums
+            )
             if created:
-                await self.topics_changed()
+                await self.topics_changed([config])
         if not config.writable:
             raise ApiError(ErrorCode.TOPIC_NOT_WRITABLE, f"topic {name!r} does not accept messages")
         return config
@@ -129,9 +131,10 @@ class Broker:
             )
         return config
 
-    async def topics_changed(self) -> None:
+    async def topics_changed(self, upserted: Iterable[TopicConfig] = (), deleted: Iterable[str] = ()) -> None:
+        """Publish these created or deleted topics to the route registry (everything when none given)."""
         if self.routing is not None:
-            await self.routing.topics_changed()
+            await self.routing.topics_changed(upserted, deleted)
 
     # -- producing -------------------------------------------------------------------------------
 

@@ -1,5 +1,9 @@
 """The broker's side of routing: register at start, heartbeat, scan for expired brokers, unregister.
 
+A created or deleted topic is published at once by writing only its own rows (batched with any
+other changes made meanwhile); the periodic heartbeat touches the broker's row and writes only the
+queue data that differ from the registry's.
+
 Every broker runs the expiry scan; the database makes concurrent scans harmless. Database calls
 are synchronous SQLAlchemy, so they run in a worker thread, off the event loop.
 """
@@ -41,10 +45,19 @@ class RoutingService:
         self._tasks: list[asyncio.Task[None]] = []
         self._data_version = 0
         self._route_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        # Topic changes waiting for the publisher: name -> config, or None for a deleted topic.
+        self._pending: dict[str, TopicConfig | None] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._full_requested = False
+        self._wake = asyncio.Event()
+        # A heartbeat reads every topic and a publish writes some: one at a time, so a heartbeat's
+        # older view of the topics never lands after a newer publish.
+        self._write_lock = asyncio.Lock()
 
     async def start(self) -> None:
         await self.heartbeat()
         self._tasks = [
+            asyncio.create_task(self._publish_loop(), name="wharf-topic-publisher"),
             asyncio.create_task(self._heartbeat_loop(), name="wharf-heartbeat"),
             asyncio.create_task(self._scan_loop(), name="wharf-expiry-scan"),
         ]
@@ -56,23 +69,77 @@ class RoutingService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(RuntimeError("the routing service stopped"))
+        self._waiters = []
         try:
             await asyncio.to_thread(self.registry.unregister, self.identity)
         except Exception:
             log.exception("could not unregister %s", self.identity.broker_name)
 
     async def heartbeat(self) -> None:
-        self._data_version += 1
-        topics = list(self.topics())
-        await asyncio.to_thread(self.registry.register, self.identity, topics, self._data_version)
+        """Register in full: touch the broker's row and write the queue data that differ."""
+        async with self._write_lock:
+            self._data_version += 1
+            topics = list(self.topics())
+            await asyncio.to_thread(self.registry.register, self.identity, topics, self._data_version)
 
-    async def topics_changed(self) -> None:
-        """Publish a created or deleted topic now, so its route is right before the caller answers."""
-        self._route_cache.clear()
+    async def topics_changed(self, upserted: Iterable[TopicConfig] = (), deleted: Iterable[str] = ()) -> None:
+        """Publish created or deleted topics now, so their routes are right before the caller
+        answers. Only those topics' rows are written; changes made while a write is under way are
+        written together by the next one. Without arguments, a full heartbeat is written."""
+        upserted, deleted = list(upserted), list(deleted)
+        for config in upserted:
+            self._pending[config.name] = config
+            self._route_cache.pop(config.name, None)
+        for name in deleted:
+            self._pending[name] = None
+            self._route_cache.pop(name, None)
+        if not upserted and not deleted:
+            self._route_cache.clear()
+            self._full_requested = True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._wake.set()
         try:
-            await self.heartbeat()
+            await waiter
         except Exception:  # the periodic heartbeat publishes it later
             log.exception("publishing topic changes to the route registry failed")
+
+    async def _publish_loop(self) -> None:
+        """The one writer of topic changes: takes everything pending, writes it in one transaction,
+        then answers every caller whose change it covered."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            pending, waiters, full = self._pending, self._waiters, self._full_requested
+            self._pending, self._waiters, self._full_requested = {}, [], False
+            outcome: BaseException | None = None
+            try:
+                if full or not await self._publish(pending):
+                    await self.heartbeat()
+            except BaseException as exc:
+                outcome = exc
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                for waiter in waiters:
+                    if waiter.done():
+                        continue
+                    if outcome is None:
+                        waiter.set_result(None)
+                    else:
+                        waiter.set_exception(RuntimeError(f"publishing topic changes failed: {outcome!r}"))
+
+    async def _publish(self, pending: dict[str, TopicConfig | None]) -> bool:
+        upserted = [config for config in pending.values() if config is not None]
+        deleted = [name for name, config in pending.items() if config is None]
+        async with self._write_lock:
+            self._data_version += 1
+            return await asyncio.to_thread(
+                self.registry.publish, self.identity, upserted, deleted, self._data_version
+            )
 
     async def _heartbeat_loop(self) -> None:
         while True:
