@@ -16,6 +16,7 @@ from typing import Any
 from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode
 from app.api.idempotency import IdempotencyWindow
+from app.api.topic_creator import TopicCreator
 from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
@@ -79,6 +80,7 @@ class Broker:
         self.idempotency = IdempotencyWindow(settings.idempotency_window_s, settings.idempotency_max_entries)
         self.unique_ids = UniqueIdGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self.creator = TopicCreator(topics, self.topics_changed)
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -113,11 +115,8 @@ class Broker:
             error = await self._not_here(name)
             if error.code is ErrorCode.MISDIRECTED:
                 raise error
-            config, created = await asyncio.to_thread(
-                self.topics.get_or_create, name, self.settings.default_topic_queue_nums
-            )
-            if created:
-                await self.topics_changed([config])
+            queues = self.settings.default_topic_queue_nums
+            ((config, _),) = await self.creator.create([TopicConfig(name, queues, queues)])
         if not config.writable:
             raise ApiError(ErrorCode.TOPIC_NOT_WRITABLE, f"topic {name!r} does not accept messages")
         return config

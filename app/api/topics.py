@@ -69,12 +69,11 @@ def _conflict(config: TopicConfig, existing: TopicConfig) -> ApiError:
 
 
 async def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[str, Any]]:
-    ((config, created),) = await asyncio.to_thread(broker.topics.create_many, [wanted])
+    ((config, created),) = await broker.creator.create([wanted])
     if not created:
         if config != wanted:
             raise _conflict(wanted, config)
         return 200, topic_out(config)
-    await broker.topics_changed([wanted])
     return 201, topic_out(wanted)
 
 
@@ -86,10 +85,7 @@ async def _create_many(broker: Broker, body: TopicBulkCreate) -> dict[str, Any]:
             f"at most {MAX_BULK_TOPICS} topics per request, got {len(body.topics)}: send them in several",
         )
     wanted = [_wanted(broker, item) for item in body.topics]
-    outcomes = await asyncio.to_thread(broker.topics.create_many, wanted)
-    fresh = [config for config, created in outcomes if created]
-    if fresh:
-        await broker.topics_changed(fresh)
+    outcomes = await broker.creator.create(wanted)
     results = []
     counts = {201: 0, 200: 0}
     for want, (config, created) in zip(wanted, outcomes, strict=True):

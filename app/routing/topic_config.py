@@ -135,12 +135,6 @@ class TopicConfigManager:
                 self._maybe_compact()
         return results
 
-    def get_or_create(self, name: str, default_queue_nums: int) -> tuple[TopicConfig, bool]:
-        config = self._topics.get(name)
-        if config is not None:
-            return config, False
-        return self.create_many([TopicConfig(name, default_queue_nums, default_queue_nums)])[0]
-
     def delete(self, name: str) -> bool:
         with self._lock:
             if name not in self._topics:
