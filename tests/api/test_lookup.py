@@ -16,19 +16,12 @@ def test_query_by_key_newest_first(client: httpx.Client, topic: str) -> None:
     found = client.get(f"/v1/topics/{topic}/messages", params={"key": "order-7"}).json()
     assert sorted(m["body"] for m in found["messages"]) == ["v1", "v3", "v5"]
     assert all("order-7" in m["keys"] for m in found["messages"])
-    assert (
-        len(
-            client.get(f"/v1/topics/{topic}/messages", params={"key": "order-7", "max": 2}).json()["messages"]
-        )
-        == 2
-    )
+    assert len(client.get(f"/v1/topics/{topic}/messages", params={"key": "order-7", "max": 2}).json()["messages"]) == 2
     assert client.get(f"/v1/topics/{topic}/messages", params={"key": "absent"}).json()["messages"] == []
 
 
 def test_query_by_unique_id_and_time_window(client: httpx.Client, topic: str) -> None:
-    result = client.post(f"/v1/topics/{topic}/messages", json={"body": "u", "unique_id": "uid-1"}).json()[
-        "results"
-    ][0]
+    result = client.post(f"/v1/topics/{topic}/messages", json={"body": "u", "unique_id": "uid-1"}).json()["results"][0]
     found = client.get(f"/v1/topics/{topic}/messages", params={"key": "uid-1"}).json()["messages"]
     assert [m["msg_id"] for m in found] == [result["msg_id"]]
     future = int(time.time() * 1000) + 3_600_000
@@ -38,9 +31,7 @@ def test_query_by_unique_id_and_time_window(client: httpx.Client, topic: str) ->
 
 def test_query_errors(client: httpx.Client, topic: str) -> None:
     assert_error(client.get(f"/v1/topics/{topic}/messages"), ErrorCode.VALIDATION_FAILED)
-    assert_error(
-        client.get("/v1/topics/no-such-topic/messages", params={"key": "k"}), ErrorCode.TOPIC_NOT_FOUND
-    )
+    assert_error(client.get("/v1/topics/no-such-topic/messages", params={"key": "k"}), ErrorCode.TOPIC_NOT_FOUND)
     assert_error(
         client.get(f"/v1/topics/{topic}/messages", params={"key": "k", "begin": 10, "end": 5}),
         ErrorCode.INVALID_PARAMETER,

@@ -143,13 +143,8 @@ def test_killing_a_broker_under_load(cluster: list[BrokerProcess], tmp_path: Pat
     assert wait_for(lambda: len(acknowledged) > killed_at + 50, 20)
     assert wait_for(lambda: "broker-2" not in alive_brokers(cluster[0].url), 15)
     assert wait_for(
-        lambda: (
-            "broker-2"
-            not in {
-                q["broker_name"]
-                for q in httpx.get(f"{cluster[0].url}/v1/topics/survive/route").json()["queue_datas"]
-            }
-        )
+        lambda: "broker-2"
+        not in {q["broker_name"] for q in httpx.get(f"{cluster[0].url}/v1/topics/survive/route").json()["queue_datas"]}
     )
     stop.set()
     thread.join(30)
