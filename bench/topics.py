@@ -1,7 +1,7 @@
 """Topic creation through the API: time per topic and the broker's RSS at 1 to 10,000 topics.
 
-A real broker process (``python -m app``, SQLite route registry, default settings) per size and
-mode; topics of 8 queues are created through ``POST /v1/topics``:
+A real broker process (``python -m app``, default settings; SQLite route registry, or PostgreSQL
+with ``--postgres URL``) per size and mode; topics of 8 queues are created through ``POST /v1/topics``:
 
 * ``single``: one request per topic, 16 at a time (keep-alive connections);
 * ``bulk``: lists of up to 1,000 topics per request, one at a time.
@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -105,8 +108,33 @@ def check_listed(url: str, names: list[str]) -> None:
         raise RuntimeError(f"listed {len(seen)} topics, created {len(names)}")
 
 
-def run_size(mode: str, count: int, root: Path) -> list[Result]:
-    broker = BrokerProcess(root / f"{mode}-{count}", log_level="warning").start()
+@contextlib.contextmanager
+def registry_url(postgres: str | None) -> Iterator[dict[str, str]]:
+    """Broker settings for the route registry: SQLite in the store (none), or a throw-away
+    PostgreSQL database on the server ``postgres`` names, dropped afterwards."""
+    if postgres is None:
+        yield {}
+        return
+    import psycopg
+
+    name = f"wharf_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base = postgres.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield {"database_url": f"{base}/{name}"}
+    finally:
+        with psycopg.connect(postgres, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_size(mode: str, count: int, root: Path, postgres: str | None) -> list[Result]:
+    with registry_url(postgres) as registry:
+        return _run_size(mode, count, root, registry, "postgresql" if postgres else "sqlite")
+
+
+def _run_size(mode: str, count: int, root: Path, registry: dict[str, str], database: str) -> list[Result]:
+    broker = BrokerProcess(root / f"{mode}-{count}", log_level="warning", **registry).start()
     try:
         assert broker.process is not None
         pid = broker.process.pid
@@ -126,7 +154,7 @@ def run_size(mode: str, count: int, root: Path) -> list[Result]:
     ordered = sorted(done)
     # Time per topic of the last tenth: from the moment the one before it finished.
     last_tenth = (ordered[-1] - (ordered[-tenth - 1] if count > tenth else 0.0)) / tenth
-    label = f"{mode}, {count:,} topic{'s' if count > 1 else ''}"
+    label = f"{mode}, {database}, {count:,} topic{'s' if count > 1 else ''}"
     results = [
         Result(
             f"{label}: create time per topic",
@@ -157,6 +185,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--json", type=Path, default=RESULTS_DIR / "topics.json", help="where to write results"
     )
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="run the route registry on a throw-away database of this PostgreSQL server "
+        "(e.g. postgresql://postgres@127.0.0.1:5432/postgres) instead of SQLite",
+    )
     return parser.parse_args(argv)
 
 
@@ -171,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for mode in sections:
             for count in sizes:
-                results += run_size(mode, count, root)
+                results += run_size(mode, count, root, args.postgres)
                 print(f"  {mode} {count}: {results[-2].note}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
