@@ -72,7 +72,7 @@ class RoutingService:
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_exception(RuntimeError("the routing service stopped"))
-        self._waiters = []
+        self._waiters, self._pending = [], {}
         try:
             await asyncio.to_thread(self.registry.unregister, self.identity)
         except Exception:
@@ -89,6 +89,8 @@ class RoutingService:
         """Publish created or deleted topics now, so their routes are right before the caller
         answers. Only those topics' rows are written; changes made while a write is under way are
         written together by the next one. Without arguments, a full heartbeat is written."""
+        if not self._tasks:  # not started (the start registers every topic) or stopped
+            return
         upserted, deleted = list(upserted), list(deleted)
         for config in upserted:
             self._pending[config.name] = config
@@ -113,24 +115,29 @@ class RoutingService:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            pending, waiters, full = self._pending, self._waiters, self._full_requested
-            self._pending, self._waiters, self._full_requested = {}, [], False
-            outcome: BaseException | None = None
-            try:
-                if full or not await self._publish(pending):
-                    await self.heartbeat()
-            except BaseException as exc:
-                outcome = exc
-                if not isinstance(exc, Exception):
-                    raise
-            finally:
-                for waiter in waiters:
-                    if waiter.done():
-                        continue
-                    if outcome is None:
-                        waiter.set_result(None)
-                    else:
-                        waiter.set_exception(RuntimeError(f"publishing topic changes failed: {outcome!r}"))
+            await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        pending, waiters, full = self._pending, self._waiters, self._full_requested
+        self._pending, self._waiters, self._full_requested = {}, [], False
+        outcome: BaseException | None = None
+        try:
+            if not pending and not full:
+                pass  # taken by the write before
+            elif full or not await self._publish(pending):
+                await self.heartbeat()
+        except BaseException as exc:
+            outcome = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for waiter in waiters:
+                if waiter.done():
+                    continue
+                if outcome is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(RuntimeError(f"publishing topic changes failed: {outcome!r}"))
 
     async def _publish(self, pending: dict[str, TopicConfig | None]) -> bool:
         upserted = [config for config in pending.values() if config is not None]

@@ -52,6 +52,8 @@ def test_changes_are_published_alone_and_together(tmp_path: Path) -> None:
         await service.topics_changed()  # without arguments: a full heartbeat
         assert len(full_reads) == 2
         await service.stop()
+        await asyncio.wait_for(service.topics_changed([TopicConfig("late")]), 5)  # stopped: no write
+        assert registry.topic_route("late") is None and registry.clusters(120) == []
 
     try:
         asyncio.run(scenario())
