@@ -54,7 +54,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         holds.max_offset = store.max_offset
         # Loading and recovery read the disk: keep them off the event loop.
         await asyncio.to_thread(store.open)
-        topic_configs = TopicConfigManager(settings.store_config().config_dir / "topics.json")
+        config_dir = settings.store_config().config_dir
+        topic_configs = await asyncio.to_thread(
+            TopicConfigManager, config_dir / "topics.log", config_dir / "topics.json"
+        )
         engine = make_engine(settings.resolved_database_url, settings.database_timeout_s)
         try:
             await asyncio.to_thread(ensure_schema, engine, settings.database_auto_upgrade)
@@ -74,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             await routing.start()
         except BaseException:
+            topic_configs.close()
             await asyncio.to_thread(store.close)
             engine.dispose()
             raise
@@ -87,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.broker = None
             await routing.stop()
             engine.dispose()
+            topic_configs.close()
             await asyncio.to_thread(store.close)
 
     app = FastAPI(
@@ -140,7 +145,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store = broker.store
         return {
             "held_pulls": broker.holds.held_count,
-            "topics": len(broker.topics.all()),
+            "topics": len(broker.topics),
             "commitlog_min_offset": store.commitlog.min_offset,
             "commitlog_max_offset": store.commitlog.max_offset,
         }

@@ -10,12 +10,13 @@ import secrets
 import socket
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode
 from app.api.idempotency import IdempotencyWindow
+from app.api.topic_creator import TopicCreator
 from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
@@ -84,6 +85,7 @@ class Broker:
         self.idempotency = IdempotencyWindow(settings.idempotency_window_s, settings.idempotency_max_entries)
         self.unique_ids = UniqueIdGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self.creator = TopicCreator(topics, self.topics_changed)
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -118,9 +120,8 @@ class Broker:
             error = await self._not_here(name)
             if error.code is ErrorCode.MISDIRECTED:
                 raise error
-            config, created = self.topics.get_or_create(name, self.settings.default_topic_queue_nums)
-            if created:
-                await self.topics_changed()
+            queues = self.settings.default_topic_queue_nums
+            ((config, _),) = await self.creator.create([TopicConfig(name, queues, queues)])
         if not config.writable:
             raise ApiError(ErrorCode.TOPIC_NOT_WRITABLE, f"topic {name!r} does not accept messages")
         return config
@@ -139,9 +140,10 @@ class Broker:
         if self.routing is not None:
             await self.routing.require()
 
-    async def topics_changed(self) -> None:
+    async def topics_changed(self, upserted: Iterable[TopicConfig] = (), deleted: Iterable[str] = ()) -> None:
+        """Publish these created or deleted topics to the route registry (everything when none given)."""
         if self.routing is not None:
-            await self.routing.topics_changed()
+            await self.routing.topics_changed(upserted, deleted)
 
     async def topics_published(self) -> None:
         """Publish a topic change that a failed publication left for the next heartbeat."""

@@ -35,6 +35,7 @@ class ErrorCode(enum.IntEnum):
     MALFORMED_BATCH = 40010
     INVALID_QUEUE = 40011
     INVALID_PARAMETER = 40012
+    INVALID_CURSOR = 40013
     NOT_FOUND = 40401
     TOPIC_NOT_FOUND = 40402
     QUEUE_NOT_FOUND = 40403
@@ -49,6 +50,7 @@ class ErrorCode(enum.IntEnum):
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
+    TOO_MANY_ITEMS = 41304
     UNSUPPORTED_MEDIA_TYPE = 41501
     MISDIRECTED = 42101
     VALIDATION_FAILED = 42201
@@ -76,6 +78,7 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.MALFORMED_BATCH: "The binary batch does not follow the documented layout.",
     ErrorCode.INVALID_QUEUE: "The queue id is outside the topic's queues.",
     ErrorCode.INVALID_PARAMETER: "A query parameter is out of range.",
+    ErrorCode.INVALID_CURSOR: "The cursor is not a next_cursor this list answered.",
     ErrorCode.NOT_FOUND: "No such path.",
     ErrorCode.TOPIC_NOT_FOUND: "The topic does not exist.",
     ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",
@@ -90,6 +93,7 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
     ErrorCode.REQUEST_TOO_LARGE: "The request body is over the request size limit.",
+    ErrorCode.TOO_MANY_ITEMS: "A bulk request lists more items than its cap (1,000 topics per create).",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The Content-Type is not one the path accepts.",
     ErrorCode.MISDIRECTED: "This broker does not host the topic; `brokers` lists the addresses of those that do.",
     ErrorCode.VALIDATION_FAILED: "A field has the wrong type or is missing.",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
 from app.api.errors import ApiError, ErrorCode
+from app.api.paging import CursorParam, LimitParam, decode_cursor, encode_cursor, parse_limit
 from app.api.schemas import ErrorEnvelope, GroupList, GroupOffsets, OffsetCommitRequest
 from app.api.topics import BrokerDep
 
@@ -39,12 +41,24 @@ async def _queue_offsets(broker: BrokerDep, group: str, topics: list[str]) -> li
     return rows
 
 
-@router.get("", response_model=GroupList, summary="Consumer groups with committed offsets, and their topics")
-def list_groups(broker: BrokerDep) -> dict[str, Any]:
-    topics_by_group: dict[str, set[str]] = {}
-    for entry in broker.store.consumer_offsets.all():
-        topics_by_group.setdefault(entry.group, set()).add(entry.topic)
-    return {"groups": [{"group": g, "topics": sorted(t)} for g, t in sorted(topics_by_group.items())]}
+@router.get(
+    "",
+    response_model=GroupList,
+    response_model_exclude_none=True,
+    summary="Consumer groups with committed offsets, and their topics, a page at a time, by name",
+    responses={400: {"model": ErrorEnvelope}},
+)
+def list_groups(broker: BrokerDep, limit: LimitParam = None, cursor: CursorParam = None) -> dict[str, Any]:
+    size = parse_limit(limit)
+    after = decode_cursor("groups", cursor)
+    topics_by_group = broker.store.consumer_offsets.group_topics()
+    names = sorted(topics_by_group)
+    start = 0 if after is None else bisect.bisect_right(names, after)
+    chosen = names[start : start + size]
+    answer: dict[str, Any] = {"groups": [{"group": g, "topics": sorted(topics_by_group[g])} for g in chosen]}
+    if start + size < len(names):
+        answer["next_cursor"] = encode_cursor("groups", chosen[-1])
+    return answer
 
 
 @router.put(

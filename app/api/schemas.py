@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
 class _Strict(BaseModel):
@@ -92,13 +92,16 @@ class PullResponse(BaseModel):
     messages: list[MessageOut]
 
 
-class TopicCreate(_Strict):
+class TopicSpec(_Strict):
     name: str = Field(min_length=1, max_length=127, pattern=r"^[%|a-zA-Z0-9_-]+$")
     queues: int | None = Field(None, ge=1, le=1024, description="Read and write queue numbers at once.")
     read_queues: int | None = Field(None, ge=1, le=1024)
     write_queues: int | None = Field(None, ge=1, le=1024)
     perm: int = Field(6, ge=0, le=7, description="RocketMQ permission bits: 4 read, 2 write (6 both).")
     order: bool = False
+
+
+class TopicCreate(TopicSpec):
     cluster: str | None = Field(
         None, description="Create the topic's queues on every master of this cluster."
     )
@@ -112,6 +115,32 @@ class TopicCreate(_Strict):
             "examples": [{"name": "orders", "queues": 4}, {"name": "orders", "cluster": "DefaultCluster"}]
         },
     )
+
+
+MAX_BULK_TOPICS = 1000
+
+
+class TopicBulkCreate(_Strict):
+    topics: list[TopicSpec] = Field(
+        min_length=1,
+        description=f"Topics to create on this broker, at most {MAX_BULK_TOPICS}; each like a single create "
+        "(without cluster or brokers).",
+    )
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"topics": [{"name": "orders", "queues": 8}, {"name": "payments"}]}]},
+    )
+
+
+def _create_kind(value: Any) -> str:
+    return "bulk" if isinstance(value, dict) and "topics" in value else "one"
+
+
+TopicCreateBody = Annotated[
+    Annotated[TopicCreate, Tag("one")] | Annotated[TopicBulkCreate, Tag("bulk")],
+    Discriminator(_create_kind),
+]
 
 
 class TopicPlacement(BaseModel):
@@ -134,6 +163,30 @@ class TopicOut(BaseModel):
 
 class TopicList(BaseModel):
     topics: list[TopicOut]
+    next_cursor: str | None = Field(
+        None, description="Pass as cursor for the next page; absent on the last page."
+    )
+
+
+class TopicError(BaseModel):
+    error_code: int
+    message: str
+
+
+class TopicBulkResult(BaseModel):
+    name: str
+    status: int = Field(
+        description="201 created, 200 already there with this configuration, else the error's status"
+    )
+    topic: TopicOut | None = None
+    error: TopicError | None = None
+
+
+class TopicBulkResponse(BaseModel):
+    results: list[TopicBulkResult] = Field(description="One per requested topic, in request order")
+    created: int
+    existing: int
+    failed: int
 
 
 class QueueOffsets(BaseModel):
@@ -241,6 +294,9 @@ class GroupSummary(BaseModel):
 
 class GroupList(BaseModel):
     groups: list[GroupSummary]
+    next_cursor: str | None = Field(
+        None, description="Pass as cursor for the next page; absent on the last page."
+    )
 
 
 class MessageList(BaseModel):

@@ -1,4 +1,4 @@
-"""Topic endpoints: create (here or across a cluster), list, describe, delete, queue offsets."""
+"""Topic endpoints: create (one, a list, or across a cluster), list by pages, describe, delete, queue offsets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,20 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode
-from app.api.schemas import ErrorEnvelope, QueueList, SearchOffsetResponse, TopicCreate, TopicList, TopicOut
+from app.api.paging import CursorParam, LimitParam, decode_cursor, encode_cursor, parse_limit
+from app.api.schemas import (
+    MAX_BULK_TOPICS,
+    ErrorEnvelope,
+    QueueList,
+    SearchOffsetResponse,
+    TopicBulkCreate,
+    TopicBulkResponse,
+    TopicCreate,
+    TopicCreateBody,
+    TopicList,
+    TopicOut,
+    TopicSpec,
+)
 from app.routing.topic_config import TopicConfig
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"])
@@ -41,20 +54,68 @@ def topic_out(config: TopicConfig) -> dict[str, Any]:
     }
 
 
+def _wanted(broker: Broker, body: TopicSpec) -> TopicConfig:
+    default = broker.settings.default_topic_queue_nums
+    read = body.read_queues or body.queues or default
+    write = body.write_queues or body.queues or default
+    return TopicConfig(body.name, read, write, body.perm, body.order)
+
+
+def _conflict(config: TopicConfig, existing: TopicConfig) -> ApiError:
+    return ApiError(
+        ErrorCode.TOPIC_EXISTS,
+        f"topic {config.name!r} exists with another configuration: {topic_out(existing)}",
+    )
+
+
 async def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[str, Any]]:
     existing = broker.topics.get(wanted.name)
     if existing is not None:
         if existing != wanted:
-            raise ApiError(
-                ErrorCode.TOPIC_EXISTS,
-                f"topic {wanted.name!r} exists with another configuration: {topic_out(existing)}",
-            )
+            raise _conflict(wanted, existing)
         await broker.topics_published()  # a create repeated after a 503 answers once it is published
         return 200, topic_out(existing)
     await broker.require_registry()
-    broker.topics.put(wanted)
-    await broker.topics_changed()
+    ((config, created),) = await broker.creator.create([wanted])
+    if not created:
+        if config != wanted:
+            raise _conflict(wanted, config)
+        return 200, topic_out(config)
     return 201, topic_out(wanted)
+
+
+async def _create_many(broker: Broker, body: TopicBulkCreate) -> dict[str, Any]:
+    """Create a list of topics: one append to the topic log, one registry write for all new ones."""
+    if len(body.topics) > MAX_BULK_TOPICS:
+        raise ApiError(
+            ErrorCode.TOO_MANY_ITEMS,
+            f"at most {MAX_BULK_TOPICS} topics per request, got {len(body.topics)}: send them in several",
+        )
+    wanted = [_wanted(broker, item) for item in body.topics]
+    await broker.require_registry()
+    outcomes = await broker.creator.create(wanted)
+    results = []
+    counts = {201: 0, 200: 0}
+    for want, (config, created) in zip(wanted, outcomes, strict=True):
+        if created or config == want:
+            status = 201 if created else 200
+            counts[status] += 1
+            results.append({"name": want.name, "status": status, "topic": topic_out(config)})
+        else:
+            error = _conflict(want, config)
+            results.append(
+                {
+                    "name": want.name,
+                    "status": error.code.http_status,
+                    "error": {"error_code": int(error.code), "message": error.message},
+                }
+            )
+    return {
+        "results": results,
+        "created": counts[201],
+        "existing": counts[200],
+        "failed": len(results) - counts[201] - counts[200],
+    }
 
 
 async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig) -> dict[str, Any]:
@@ -97,22 +158,29 @@ async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig)
 @router.post(
     "",
     status_code=201,
-    response_model=TopicOut,
+    response_model=TopicOut | TopicBulkResponse,
     response_model_exclude_none=True,
-    summary="Create a topic here, or on every master of a cluster or a list of brokers",
+    summary="Create a topic here, on every master of a cluster or a list of brokers; or a list of topics here",
+    description=(
+        "A single create answers the topic (201 created, 200 already there with this configuration). "
+        f'A body `{{"topics": [...]}}` (at most {MAX_BULK_TOPICS}, each like a single create without '
+        "cluster or brokers) answers 200 with one result per topic, in request order: its status "
+        "(201, 200, or an error's) and the topic or the error envelope."
+    ),
     responses={
-        200: {"model": TopicOut, "description": "The topic exists with this configuration"},
+        200: {"model": TopicOut | TopicBulkResponse, "description": "The topic exists; or a bulk answer"},
         404: {"model": ErrorEnvelope},
         409: {"model": ErrorEnvelope},
+        413: {"model": ErrorEnvelope, "description": "A bulk create over the cap"},
         422: {"model": ErrorEnvelope},
         503: {"model": ErrorEnvelope},
     },
 )
-async def create_topic(body: TopicCreate, broker: BrokerDep, response: Response) -> dict[str, Any]:
-    default = broker.settings.default_topic_queue_nums
-    read = body.read_queues or body.queues or default
-    write = body.write_queues or body.queues or default
-    wanted = TopicConfig(body.name, read, write, body.perm, body.order)
+async def create_topic(body: TopicCreateBody, broker: BrokerDep, response: Response) -> dict[str, Any]:
+    if isinstance(body, TopicBulkCreate):
+        response.status_code = 200
+        return await _create_many(broker, body)
+    wanted = _wanted(broker, body)
     if body.cluster is not None or body.brokers is not None:
         return await _create_across(broker, body, wanted)
     status, out = await _create_here(broker, wanted)
@@ -120,9 +188,20 @@ async def create_topic(body: TopicCreate, broker: BrokerDep, response: Response)
     return out
 
 
-@router.get("", response_model=TopicList, summary="List this broker's topics")
-def list_topics(broker: BrokerDep) -> dict[str, Any]:
-    return {"topics": [topic_out(config) for config in broker.topics.all()]}
+@router.get(
+    "",
+    response_model=TopicList,
+    response_model_exclude_none=True,
+    summary="List this broker's topics, a page at a time, by name",
+    responses={400: {"model": ErrorEnvelope}},
+)
+def list_topics(broker: BrokerDep, limit: LimitParam = None, cursor: CursorParam = None) -> dict[str, Any]:
+    size = parse_limit(limit)
+    configs, more = broker.topics.page(decode_cursor("topics", cursor), size)
+    answer: dict[str, Any] = {"topics": [topic_out(config) for config in configs]}
+    if more:
+        answer["next_cursor"] = encode_cursor("topics", configs[-1].name)
+    return answer
 
 
 @router.get(
@@ -145,9 +224,9 @@ async def get_topic(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
 async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
     await broker.topic(topic)
     await broker.require_registry()
-    broker.topics.delete(topic)
+    await asyncio.to_thread(broker.topics.delete, topic)
     await asyncio.to_thread(broker.store.delete_topic, topic)
-    await broker.topics_changed()
+    await broker.topics_changed(deleted=[topic])
     return Response(status_code=204)
 
 

@@ -1,5 +1,6 @@
-"""Wharf's Python client: a route-aware producer and a long-polling pull consumer (sync, httpx)."""
+"""Wharf's Python client: a route-aware producer, a long-polling pull consumer and topic administration (sync, httpx)."""
 
+from app.client.admin import Admin
 from app.client.consumer import ConsumedMessage, PullConsumer
 from app.client.errors import BrokerError, WharfClientError
 from app.client.fault import LatencyFaultTolerance
@@ -7,6 +8,7 @@ from app.client.producer import OutgoingMessage, Producer, SendResult
 from app.client.routes import MessageQueue, RouteCache, TopicRoute
 
 __all__ = [
+    "Admin",
     "BrokerError",
     "ConsumedMessage",
     "LatencyFaultTolerance",

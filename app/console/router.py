@@ -1,12 +1,15 @@
-"""The console's own JSON view: everything one refresh of the page shows, in one request."""
+"""The console's own JSON view: everything one refresh of the page shows, in one request (topics
+and groups a page at a time)."""
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from app.api.broker import Broker
+from app.api.paging import CursorParam, decode_cursor, encode_cursor
 from app.api.topics import BrokerDep
 
 router = APIRouter(prefix="/console/api", include_in_schema=False)
@@ -49,13 +52,32 @@ def group_view(broker: Broker, group: str, topic: str, subscribers: int) -> dict
     }
 
 
+PAGE = 100
+
+
+def _page(keys: list[str], after: str | None) -> tuple[list[str], str | None]:
+    """The PAGE keys after ``after`` in sorted ``keys``, and the last one if more follow."""
+    start = 0 if after is None else bisect.bisect_right(keys, after)
+    chosen = keys[start : start + PAGE]
+    return chosen, (chosen[-1] if start + PAGE < len(keys) else None)
+
+
 @router.get("/overview")
-def overview(request: Request, broker: BrokerDep) -> dict[str, Any]:
-    """Broker identity, counters, topics with queue offsets, and groups with lag per queue."""
+def overview(
+    request: Request,
+    broker: BrokerDep,
+    topics_cursor: CursorParam = None,
+    groups_cursor: CursorParam = None,
+) -> dict[str, Any]:
+    """Broker identity and counters over everything; one page of topics (with queue offsets) and
+    one page of groups (with lag per queue), 100 each, by name, with cursors for the next ones."""
     settings, store = broker.settings, broker.store
-    topics = []
     stored = 0
     for config in broker.topics.all():
+        stored += sum(store.max_offset(config.name, queue_id) for queue_id in range(config.queue_nums))
+    configs, more = broker.topics.page(decode_cursor("console-topics", topics_cursor), PAGE)
+    topics = []
+    for config in configs:
         queues = [
             {
                 "queue_id": queue_id,
@@ -64,27 +86,32 @@ def overview(request: Request, broker: BrokerDep) -> dict[str, Any]:
             }
             for queue_id in range(config.queue_nums)
         ]
-        messages = sum(queue["max_offset"] for queue in queues)
-        stored += messages
         topics.append(
             {
                 "name": config.name,
                 "read_queues": config.read_queue_nums,
                 "write_queues": config.write_queue_nums,
                 "perm": config.perm,
-                "messages": messages,
+                "messages": sum(queue["max_offset"] for queue in queues),
                 "queues": queues,
             }
         )
     members = getattr(request.app.state, "ws_group_members", None)
+    # Pairs sort as "group NUL topic": the order of (group, topic).
+    pairs = sorted(
+        f"{group}\0{topic}" for group, topic in known_groups(request, broker) if broker.topics.get(topic)
+    )
+    chosen, groups_after = _page(pairs, decode_cursor("console-groups", groups_cursor))
     groups = []
-    consumed = 0
-    for group, topic in sorted(known_groups(request, broker)):
+    for pair in chosen:
+        group, _, topic = pair.partition("\0")
         subscribers = len(members.members(group, topic)) if members is not None else 0
         view = group_view(broker, group, topic, subscribers)
         if view is not None:
             groups.append(view)
-            consumed += sum(queue["committed_offset"] or 0 for queue in view["queues"])
+    consumed = sum(
+        entry.offset for entry in broker.store.consumer_offsets.all() if broker.topics.get(entry.topic)
+    )
     return {
         "broker": {
             "cluster": settings.cluster_name,
@@ -97,7 +124,14 @@ def overview(request: Request, broker: BrokerDep) -> dict[str, Any]:
             "commitlog_min_offset": store.commitlog.min_offset,
             "commitlog_max_offset": store.commitlog.max_offset,
         },
-        "totals": {"stored": stored, "consumed": consumed},
+        "totals": {
+            "stored": stored,
+            "consumed": consumed,
+            "topics": len(broker.topics),
+            "groups": len(pairs),
+        },
         "topics": topics,
+        "topics_next_cursor": encode_cursor("console-topics", configs[-1].name) if more else None,
         "groups": groups,
+        "groups_next_cursor": encode_cursor("console-groups", groups_after) if groups_after else None,
     }

@@ -51,7 +51,8 @@ class QueueDataRow(Base):
     topic: Mapped[str] = mapped_column(
         String(255), ForeignKey("topics.name", ondelete="CASCADE"), primary_key=True
     )
-    broker_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # Indexed: a heartbeat reads one broker's queue data.
+    broker_name: Mapped[str] = mapped_column(String(255), primary_key=True, index=True)
     read_queue_nums: Mapped[int] = mapped_column(Integer)
     write_queue_nums: Mapped[int] = mapped_column(Integer)
     perm: Mapped[int] = mapped_column(Integer)

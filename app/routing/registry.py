@@ -8,11 +8,12 @@ leave empty: queue data, topics, clusters. Clients ask any broker for a topic's 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, delete, select, text
+from sqlalchemy import Engine, delete, exists, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,6 +21,26 @@ from app.routing.models import BrokerRow, ClusterRow, QueueDataRow, TopicRow
 from app.routing.topic_config import TopicConfig
 
 MASTER_ID = 0
+
+T = TypeVar("T")
+
+# Rows per statement when a batch of topics is written: well under every database's parameter limit.
+CHUNK = 500
+
+
+def _chunks(items: list[T]) -> Iterator[list[T]]:
+    for start in range(0, len(items), CHUNK):
+        yield items[start : start + CHUNK]
+
+
+def _dialect_insert(session: Session) -> Callable[..., Any]:
+    """The INSERT with ON CONFLICT of the session's database (SQLite or PostgreSQL)."""
+    name = session.get_bind().dialect.name
+    if name == "postgresql":
+        return postgresql.insert
+    if name == "sqlite":
+        return sqlite.insert
+    raise NotImplementedError(f"the route registry runs on SQLite or PostgreSQL, not {name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,40 +94,107 @@ class RouteRegistry:
             row.ha_address = broker.ha_address
             row.last_heartbeat_ms = self._now_ms()
             row.data_version = data_version
+            session.flush()
             if broker.broker_id == MASTER_ID:
-                self._replace_queue_data(session, broker.broker_name, topics)
+                self._sync_queue_data(session, broker.broker_name, topics)
 
-    def _replace_queue_data(self, session: Session, broker_name: str, topics: list[TopicConfig]) -> None:
+    def _sync_queue_data(self, session: Session, broker_name: str, topics: list[TopicConfig]) -> None:
+        """Make the broker's queue data what ``topics`` say, writing only the rows that differ."""
+        table = QueueDataRow.__table__.c
         existing = {
-            row.topic: row
-            for row in session.scalars(select(QueueDataRow).where(QueueDataRow.broker_name == broker_name))
-        }
-        wanted = {config.name: config for config in topics}
-        for name in wanted.keys() - existing.keys():
-            if session.get(TopicRow, name) is None:
-                session.add(TopicRow(name=name, order=wanted[name].order))
-        session.flush()
-        for name, config in wanted.items():
-            row = existing.get(name)
-            if row is None:
-                session.add(
-                    QueueDataRow(
-                        topic=name,
-                        broker_name=broker_name,
-                        read_queue_nums=config.read_queue_nums,
-                        write_queue_nums=config.write_queue_nums,
-                        perm=config.perm,
-                        topic_sys_flag=0,
-                    )
+            topic: (read, write, perm)
+            for topic, read, write, perm in session.execute(
+                select(table.topic, table.read_queue_nums, table.write_queue_nums, table.perm).where(
+                    table.broker_name == broker_name
                 )
-            else:
-                row.read_queue_nums = config.read_queue_nums
-                row.write_queue_nums = config.write_queue_nums
-                row.perm = config.perm
-        for name in existing.keys() - wanted.keys():
-            session.delete(existing[name])
-        session.flush()
-        self._drop_empty_topics(session)
+            )
+        }
+        wanted = {config.name for config in topics}
+        changed = [
+            config
+            for config in topics
+            if existing.get(config.name) != (config.read_queue_nums, config.write_queue_nums, config.perm)
+        ]
+        self._write_queue_data(
+            session, broker_name, changed, [name for name in existing if name not in wanted]
+        )
+
+    def publish(
+        self,
+        broker: BrokerIdentity,
+        upserted: Iterable[TopicConfig],
+        deleted: Iterable[str],
+        data_version: int = 0,
+    ) -> bool:
+        """Write only these topics' queue data (a master's; a slave's are not taken) and touch the
+        broker's row. False when the broker is not registered (expired): register it in full then."""
+        upserted, deleted = list(upserted), list(deleted)
+        try:
+            return self._publish(broker, upserted, deleted, data_version)
+        except IntegrityError:
+            # Another broker removed a topic row this one was adding to at the same moment: once more.
+            return self._publish(broker, upserted, deleted, data_version)
+
+    def _publish(
+        self, broker: BrokerIdentity, upserted: list[TopicConfig], deleted: list[str], data_version: int
+    ) -> bool:
+        with self.sessions.begin() as session:
+            touched = session.execute(
+                update(BrokerRow)
+                .where(BrokerRow.broker_name == broker.broker_name, BrokerRow.broker_id == broker.broker_id)
+                .values(last_heartbeat_ms=self._now_ms(), data_version=data_version)
+            )
+            if touched.rowcount == 0:  # type: ignore[attr-defined]
+                return False
+            if broker.broker_id == MASTER_ID:
+                self._write_queue_data(session, broker.broker_name, upserted, deleted)
+        return True
+
+    def _write_queue_data(
+        self, session: Session, broker_name: str, upserted: list[TopicConfig], deleted: list[str]
+    ) -> None:
+        """Upsert the topic and queue data rows of ``upserted``, delete the queue data of ``deleted``
+        and then those of their topic rows no broker has queue data for: a few statements, each
+        covering a batch of topics, whatever the number of other topics."""
+        insert = _dialect_insert(session)
+        for chunk in _chunks(upserted):
+            session.execute(
+                insert(TopicRow).on_conflict_do_nothing(index_elements=["name"]),
+                [{"name": config.name, "order": config.order} for config in chunk],
+            )
+            statement = insert(QueueDataRow)
+            session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=["topic", "broker_name"],
+                    set_={
+                        "read_queue_nums": statement.excluded.read_queue_nums,
+                        "write_queue_nums": statement.excluded.write_queue_nums,
+                        "perm": statement.excluded.perm,
+                    },
+                ),
+                [
+                    {
+                        "topic": config.name,
+                        "broker_name": broker_name,
+                        "read_queue_nums": config.read_queue_nums,
+                        "write_queue_nums": config.write_queue_nums,
+                        "perm": config.perm,
+                        "topic_sys_flag": 0,
+                    }
+                    for config in chunk
+                ],
+            )
+        for names in _chunks(deleted):
+            session.execute(
+                delete(QueueDataRow).where(
+                    QueueDataRow.broker_name == broker_name, QueueDataRow.topic.in_(names)
+                )
+            )
+            session.execute(
+                delete(TopicRow).where(
+                    TopicRow.name.in_(names), ~exists().where(QueueDataRow.topic == TopicRow.name)
+                )
+            )
 
     def unregister(self, broker: BrokerIdentity) -> None:
         with self.sessions.begin() as session:

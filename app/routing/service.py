@@ -1,6 +1,10 @@
 """The broker's side of routing: register at start, heartbeat, scan for expired brokers, unregister,
 and every other call to the route registry.
 
+A created or deleted topic is published at once by writing only its own rows (batched with any
+other changes made meanwhile); the periodic heartbeat touches the broker's row and writes only the
+queue data that differ from the registry's.
+
 Every broker runs the expiry scan; the database makes concurrent scans harmless. Database calls
 are synchronous SQLAlchemy, so they run in worker threads of their own, off the event loop and
 apart from the store's: a database that hangs cannot take the threads the store needs.
@@ -72,6 +76,14 @@ class RoutingService:
         self.last_error = ""
         # False from a topic change the registry has not taken until a heartbeat carries it.
         self.published = True
+        # Topic changes waiting for the publisher: name -> config, or None for a deleted topic.
+        self._pending: dict[str, TopicConfig | None] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._full_requested = False
+        self._wake = asyncio.Event()
+        # A heartbeat reads every topic and a publish writes some: one at a time, so a heartbeat's
+        # older view of the topics never lands after a newer publish.
+        self._write_lock = asyncio.Lock()
 
     # -- calling the registry --------------------------------------------------------------------
 
@@ -123,6 +135,7 @@ class RoutingService:
     async def start(self) -> None:
         await self.heartbeat()
         self._tasks = [
+            asyncio.create_task(self._publish_loop(), name="wharf-topic-publisher"),
             asyncio.create_task(self._heartbeat_loop(), name="wharf-heartbeat"),
             asyncio.create_task(self._scan_loop(), name="wharf-expiry-scan"),
         ]
@@ -134,6 +147,10 @@ class RoutingService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(RuntimeError("the routing service stopped"))
+        self._waiters, self._pending = [], {}
         try:
             await self.call(self.registry.unregister, self.identity)
         except RegistryUnavailableError as exc:
@@ -144,23 +161,85 @@ class RoutingService:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def heartbeat(self) -> None:
-        self._data_version += 1
-        topics = list(self.topics())
-        await self.call(self.registry.register, self.identity, topics, self._data_version)
-        self.published = True
+        """Register in full: touch the broker's row and write the queue data that differ."""
+        async with self._write_lock:
+            self._data_version += 1
+            topics = list(self.topics())
+            await self.call(self.registry.register, self.identity, topics, self._data_version)
+            self.published = True
 
-    async def topics_changed(self) -> None:
-        """Publish a created or deleted topic now, so its route is right before the caller answers.
-        Raises :class:`RegistryUnavailableError` when it could not; a later heartbeat publishes it."""
-        self._route_cache.clear()
-        self.published = False
+    async def topics_changed(self, upserted: Iterable[TopicConfig] = (), deleted: Iterable[str] = ()) -> None:
+        """Publish created or deleted topics now, so their routes are right before the caller
+        answers. Only those topics' rows are written; changes made while a write is under way are
+        written together by the next one. Without arguments, a full heartbeat is written.
+
+        Raises :class:`RegistryUnavailableError` when the registry could not take them; the
+        change stays made on this broker and a later heartbeat publishes it."""
+        if not self._tasks:  # not started (the start registers every topic) or stopped
+            return
+        upserted, deleted = list(upserted), list(deleted)
+        for config in upserted:
+            self._pending[config.name] = config
+            self._route_cache.pop(config.name, None)
+        for name in deleted:
+            self._pending[name] = None
+            self._route_cache.pop(name, None)
+        if not upserted and not deleted:
+            self._route_cache.clear()
+            self._full_requested = True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._wake.set()
         try:
-            await self.heartbeat()
+            await waiter
         except RegistryUnavailableError as exc:
+            self.published = False
             raise RegistryUnavailableError(
                 f"{exc}; the change was made on this broker and a heartbeat publishes it once the "
                 "registry is back"
             ) from exc
+        except Exception:  # the periodic heartbeat publishes it later
+            self.published = False
+            log.exception("publishing topic changes to the route registry failed")
+
+    async def _publish_loop(self) -> None:
+        """The one writer of topic changes: takes everything pending, writes it in one transaction,
+        then answers every caller whose change it covered."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        pending, waiters, full = self._pending, self._waiters, self._full_requested
+        self._pending, self._waiters, self._full_requested = {}, [], False
+        outcome: BaseException | None = None
+        try:
+            if not pending and not full:
+                pass  # taken by the write before
+            elif full or not await self._publish(pending):
+                await self.heartbeat()
+        except BaseException as exc:
+            outcome = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for waiter in waiters:
+                if waiter.done():
+                    continue
+                if outcome is None:
+                    waiter.set_result(None)
+                elif isinstance(outcome, RegistryUnavailableError):
+                    waiter.set_exception(RegistryUnavailableError(str(outcome)))
+                else:
+                    waiter.set_exception(RuntimeError(f"publishing topic changes failed: {outcome!r}"))
+
+    async def _publish(self, pending: dict[str, TopicConfig | None]) -> bool:
+        upserted = [config for config in pending.values() if config is not None]
+        deleted = [name for name, config in pending.items() if config is None]
+        async with self._write_lock:
+            self._data_version += 1
+            return await self.call(self.registry.publish, self.identity, upserted, deleted, self._data_version)
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -141,3 +141,33 @@ def test_a_consumer_group_shows_its_lag_per_queue(
 def test_the_broker_appears_in_its_cluster(page: Any) -> None:
     open_console(page)
     expect(page.locator("#clusters-table")).to_contain_text("broker-a")
+
+
+def test_many_topics_and_groups_are_shown_a_page_at_a_time(page: Any, client: httpx.Client) -> None:
+    names = [f"zz-paged-{index:03d}" for index in range(150)]  # after every other topic by name
+    assert (
+        client.post("/v1/topics", json={"topics": [{"name": n, "queues": 1} for n in names]}).json()[
+            "created"
+        ]
+        == 150
+    )
+    for index in range(3):
+        offsets = {"offsets": [{"topic": names[index], "queue_id": 0, "offset": 0}]}
+        assert client.put(f"/v1/groups/zz-group-{index}/offsets", json=offsets).status_code == 200
+    total = client.get("/v1/stats").json()["topics"]
+    pages = -(-total // 100)
+    open_console(page)
+    expect(page.locator("#topics-page")).to_have_text(f"1–100 of {total:,}")
+    expect(page.locator("#topics-prev")).to_be_disabled()
+    for number in range(2, pages + 1):
+        page.click("#topics-next")
+        expect(page.locator("#topics-page")).to_have_text(
+            f"{(number - 1) * 100 + 1:,}–{min(number * 100, total):,} of {total:,}"
+        )
+    expect(page.locator("#topics-next")).to_be_disabled()
+    expect(page.locator('#topics-table tr[data-topic="zz-paged-149"]')).to_have_count(1)
+    assert page.locator("#topics-table tbody tr").count() == total - (pages - 1) * 100
+    page.click("#topics-prev")
+    expect(page.locator('#topics-table tr[data-topic="zz-paged-149"]')).to_have_count(0)
+    expect(page.locator("#stat-topics")).to_have_text(f"{total:,}")
+    expect(page.locator('#groups-table tr[data-group="zz-group-2"]')).to_have_count(1)

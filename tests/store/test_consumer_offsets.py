@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import MessageStore, StoreConfigError
+from app.store import MessageStore, StoreConfigError, consumer_offsets
 from app.store.consumer_offsets import (
     NOT_FOUND,
     ConsumeFromWhere,
@@ -21,6 +21,7 @@ from app.store.consumer_offsets import (
     OffsetEntry,
     OffsetPersistService,
 )
+from tests.store import offsets_log_child
 from tests.store.conftest import TINY_COMMITLOG_FILE_SIZE, StoreFactory, message
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -302,3 +303,153 @@ def test_offsets_survive_sigkill_whole_at_the_last_persisted_value(path: Path) -
         offsets = table_offsets(path)
         assert len(offsets) == 1, f"a mix of two writes: {sorted(offsets)}"
         assert offsets.pop() in (printed[-1], printed[-1] + 1)
+
+
+# -- the log of changes -------------------------------------------------------------------------------
+
+
+def many_groups(manager: ConsumerOffsetManager, groups: int = 10_000, queues: int = 8) -> None:
+    for group in range(groups):
+        for queue_id in range(queues):
+            manager.commit(f"group-{group:05d}", "orders", queue_id, group + queue_id)
+
+
+def test_one_commit_among_10000_groups_persists_as_one_line(path: Path) -> None:
+    manager = manager_with(path)
+    many_groups(manager)
+    assert manager.persist(only_if_changed=True)  # the first write makes the snapshot
+    snapshot = path.stat()
+    log_size = manager.log_path.stat().st_size if manager.log_path.exists() else 0
+    manager.commit("group-04242", "orders", 3, 99_999)
+    assert manager.persist(only_if_changed=True)
+    assert path.stat().st_mtime_ns == snapshot.st_mtime_ns and path.stat().st_ino == snapshot.st_ino
+    appended = manager.log_path.read_bytes()[log_size:]
+    assert appended.count(b"\n") == 1 and len(appended) < 100
+    assert json.loads(appended) == {"k": "orders@group-04242", "q": 3, "o": 99_999}
+    again = manager_with(path)
+    again.load()
+    assert again.committed("group-04242", "orders", 3) == 99_999
+    assert again.committed("group-09999", "orders", 7) == 9_999 + 7
+    assert len(again.all()) == 80_000
+
+
+def test_changes_and_removals_are_replayed_over_the_snapshot(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 1)
+    manager.commit("audit", "orders", 0, 1)
+    manager.persist()
+    manager.commit("billing", "orders", 0, 5)
+    manager.commit("billing", "orders", 1, 6)
+    manager.remove("audit")
+    assert manager.persist(only_if_changed=True)
+    assert json.loads(path.read_text())["offsetTable"] == {
+        "orders@audit": {"0": 1},
+        "orders@billing": {"0": 1},
+    }
+    again = manager_with(path)
+    again.load()
+    assert again.all() == [OffsetEntry("billing", "orders", 0, 5), OffsetEntry("billing", "orders", 1, 6)]
+    # Loading folded the log into the snapshot.
+    assert json.loads(path.read_text())["offsetTable"] == {"orders@billing": {"0": 5, "1": 6}}
+    assert again.log_path.stat().st_size == 0
+
+
+def test_a_crash_between_the_snapshot_and_emptying_the_log_loses_nothing(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 1)
+    manager.persist()
+    manager.commit("billing", "orders", 0, 2)
+    manager.persist(only_if_changed=True)  # the log says 2
+    manager.commit("billing", "orders", 0, 3)
+
+    def crash() -> None:
+        raise OSError("killed before the log was emptied")
+
+    monkeypatch.setattr(manager, "_truncate_log", crash)
+    with pytest.raises(OSError, match="killed"):
+        manager.persist()  # the snapshot says 3; the log, replayed over it, must too
+    assert json.loads(path.read_text())["offsetTable"] == {"orders@billing": {"0": 3}}
+    again = manager_with(path)
+    again.load()
+    assert again.committed("billing", "orders", 0) == 3
+
+
+def test_a_torn_last_line_of_the_log_is_dropped(path: Path) -> None:
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 1)
+    manager.persist()
+    manager.commit("billing", "orders", 0, 2)
+    manager.persist(only_if_changed=True)
+    with manager.log_path.open("ab") as log:
+        log.write(b'{"k": "orders@billing", "q": 0, "o": 3')  # cut by a crash
+    again = manager_with(path)
+    again.load()
+    assert again.committed("billing", "orders", 0) == 2
+    again.commit("billing", "orders", 1, 7)
+    again.persist(only_if_changed=True)
+    third = manager_with(path)
+    third.load()
+    assert third.offsets("billing", "orders") == {0: 2, 1: 7}
+
+
+def test_the_log_is_compacted_once_it_outgrows_the_snapshot(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumer_offsets, "COMPACT_MIN_LOG_BYTES", 0)
+    manager = manager_with(path)
+    manager.commit("billing", "orders", 0, 0)
+    manager.persist()
+    snapshot_writes = 0
+    for offset in range(1, 200):
+        before = path.stat().st_mtime_ns, path.stat().st_ino
+        manager.commit("billing", "orders", 0, offset)
+        manager.persist(only_if_changed=True)
+        snapshot_writes += (path.stat().st_mtime_ns, path.stat().st_ino) != before
+        assert manager.log_path.stat().st_size <= 2 * path.stat().st_size + 100
+    assert 0 < snapshot_writes < 100
+    again = manager_with(path)
+    again.load()
+    assert again.committed("billing", "orders", 0) == 199
+
+
+@pytest.mark.crash
+def test_offsets_persisted_as_changes_survive_sigkill(path: Path) -> None:
+    rng = random.Random(11)
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    last: dict[tuple[str, str, int], int] = {}
+    for _round in range(4):
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.store.offsets_log_child", str(path)],
+            cwd=REPOSITORY,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stderr is not None
+        lines: list[str] = []
+        try:
+            for _ in range(rng.randint(50, 700)):
+                line = child.stdout.readline()
+                if not line:
+                    pytest.fail(f"the child died: {child.stderr.read()}")
+                lines.append(line)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            rest, _ = child.communicate(timeout=10)
+        assert child.returncode == -signal.SIGKILL
+        printed = [int(line) for line in (*lines, *rest.splitlines(keepends=True)) if line.endswith("\n")]
+        for n in printed:
+            last[offsets_log_child.entry(n)] = n
+        unprinted = printed[-1] + 1
+        loaded = manager_with(path)
+        loaded.load()
+        found = {(e.group, e.topic, e.queue_id): e.offset for e in loaded.all()}
+        expected = dict(last)
+        if found.get(offsets_log_child.entry(unprinted)) == unprinted:  # written, not yet printed
+            expected[offsets_log_child.entry(unprinted)] = last[offsets_log_child.entry(unprinted)] = (
+                unprinted
+            )
+        assert found == expected

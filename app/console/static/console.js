@@ -50,14 +50,40 @@ function replaceRows(tbody, rows, empty = "none yet") {
 // -- overview, topics, groups ------------------------------------------------------------------
 
 const history = [];
+const PAGE = 100;
+
+// Where each list is: the cursors of the pages before the one shown (null: the first page), and
+// the cursor of the next page as the last answer gave it.
+const paging = {
+  topics: { cursors: [null], next: null },
+  groups: { cursors: [null], next: null },
+};
+
+function showPage(name, total, shown) {
+  const state = paging[name];
+  const first = (state.cursors.length - 1) * PAGE;
+  $(`#${name}-page`).textContent = shown
+    ? `${formatNumber(first + 1)}–${formatNumber(first + shown)} of ${formatNumber(total)}`
+    : `none of ${formatNumber(total)}`;
+  $(`#${name}-prev`).disabled = state.cursors.length === 1;
+  $(`#${name}-next`).disabled = !state.next;
+}
+
+function turnPage(name, forward) {
+  const state = paging[name];
+  if (forward && state.next) state.cursors.push(state.next);
+  else if (!forward && state.cursors.length > 1) state.cursors.pop();
+  else return;
+  refresh();
+}
 
 function renderOverview(data) {
   const broker = data.broker;
   $("#broker-identity").textContent =
     `${broker.cluster} / ${broker.broker_name} (id ${broker.broker_id}) at ${broker.address}`;
-  $("#stat-topics").textContent = formatNumber(data.topics.length);
+  $("#stat-topics").textContent = formatNumber(data.totals.topics);
   $("#stat-stored").textContent = formatNumber(data.totals.stored);
-  $("#stat-groups").textContent = formatNumber(data.groups.length);
+  $("#stat-groups").textContent = formatNumber(data.totals.groups);
   $("#stat-held").textContent = formatNumber(data.stats.held_pulls);
   $("#stat-commitlog").textContent = formatNumber(data.stats.commitlog_max_offset);
 
@@ -80,6 +106,11 @@ function renderOverview(data) {
       text: `#${queue.queue_id}: lag ${queue.lag} (${queue.committed_offset ?? "-"} / ${queue.max_offset})`,
     }))),
   ])), "no consumer group has an offset yet");
+
+  paging.topics.next = data.topics_next_cursor;
+  paging.groups.next = data.groups_next_cursor;
+  showPage("topics", data.totals.topics, data.topics.length);
+  showPage("groups", data.totals.groups, data.groups.length);
 
   const names = $("#topic-names");
   names.replaceChildren(...data.topics.map((topic) => el("option", { value: topic.name })));
@@ -145,10 +176,20 @@ async function renderClusters() {
   }
 }
 
+let refreshes = 0;
+
 async function refresh() {
   const badge = $("#connection");
+  const seq = ++refreshes;
   try {
-    renderOverview(await api("/console/api/overview"));
+    const params = new URLSearchParams();
+    const topicsCursor = paging.topics.cursors.at(-1);
+    const groupsCursor = paging.groups.cursors.at(-1);
+    if (topicsCursor) params.set("topics_cursor", topicsCursor);
+    if (groupsCursor) params.set("groups_cursor", groupsCursor);
+    const data = await api(`/console/api/overview?${params}`);
+    if (seq !== refreshes) return; // a newer refresh (a page turned meanwhile) answers instead
+    renderOverview(data);
     badge.textContent = "live";
     badge.className = "badge ok";
   } catch (error) {
@@ -309,6 +350,10 @@ $("#lookup-form").addEventListener("submit", lookup);
 $("#tail-form").addEventListener("submit", startTail);
 $("#tail-stop").addEventListener("click", stopTail);
 $("#produce-form").addEventListener("submit", produce);
+for (const name of Object.keys(paging)) {
+  $(`#${name}-prev`).addEventListener("click", () => turnPage(name, false));
+  $(`#${name}-next`).addEventListener("click", () => turnPage(name, true));
+}
 updateLookupFields();
 refresh();
 renderClusters();

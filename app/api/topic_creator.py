@@ -1,0 +1,56 @@
+"""Group commit for topic creation: concurrent creates share one append to the topic log (one
+fsync) and one write to the route registry, as producers share one flush in the store.
+
+The first create is written at once; creates that arrive while a write is under way wait for it and
+are written together by the next one. Each caller gets, for each topic it asked for, the
+configuration now in force and whether its request created it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from app.routing.topic_config import TopicConfig, TopicConfigManager
+
+Outcome = tuple[TopicConfig, bool]
+
+
+class TopicCreator:
+    def __init__(
+        self, topics: TopicConfigManager, publish: Callable[[list[TopicConfig]], Awaitable[None]]
+    ) -> None:
+        self.topics = topics
+        self.publish = publish
+        self._queue: list[tuple[list[TopicConfig], asyncio.Future[list[Outcome]]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def create(self, configs: list[TopicConfig]) -> list[Outcome]:
+        """Create those of ``configs`` not there yet; returns once they are in the topic log and
+        published to the route registry."""
+        future: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+        self._queue.append((configs, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="wharf-topic-creator")
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                outcomes = await asyncio.to_thread(
+                    self.topics.create_many, [config for configs, _ in batch for config in configs]
+                )
+                fresh = [config for config, created in outcomes if created]
+                if fresh:
+                    await self.publish(fresh)
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            start = 0
+            for configs, future in batch:
+                if not future.done():
+                    future.set_result(outcomes[start : start + len(configs)])
+                start += len(configs)
