@@ -15,7 +15,7 @@ from typing import Any
 
 from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode
-from app.api.idempotency import IdempotencyWindow
+from app.api.idempotency import IdempotencyWindow, InFlight
 from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
@@ -23,12 +23,24 @@ from app.settings import Settings
 from app.store import GetMessageResult, GetMessageStatus, Message, MessageStore, PutStatus, TagFilter
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.errors import InvalidTopicError
-from app.store.record import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, validate_topic
+from app.store.record import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_PRODUCER_UNIQ_KEY,
+    StoredMessage,
+    validate_topic,
+)
+from app.store.results import AppendResult
 
 RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
 
 # A pull is held again only while at least this much of its wait is left.
 MIN_HOLD_S = 0.001
+
+# How a repeated unique id is answered: an answer of this batch (a dict, or a future while the
+# batch is in flight), a first produce of another request still in flight, or the stored message.
+Earlier = dict[str, Any] | asyncio.Future[dict[str, Any]] | InFlight | StoredMessage
 
 SEND_STATUS = {PutStatus.PUT_OK: "SEND_OK", PutStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT"}
 
@@ -129,6 +141,15 @@ class Broker:
             )
         return config
 
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic here: its configuration, queues, groups' offsets and its messages (which
+        never come back, not even for a retried unique id)."""
+        await self.topic(name)
+        self.topics.delete(name)
+        await asyncio.to_thread(self.store.delete_topic, name)
+        self.idempotency.forget_topic(name)
+        await self.topics_changed()
+
     async def topics_changed(self) -> None:
         if self.routing is not None:
             await self.routing.topics_changed()
@@ -182,48 +203,121 @@ class Broker:
 
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
         """Store a batch in one append; results in request order. Repeats of a producer's unique id
-        within the idempotency window are answered with the first result and not stored again."""
+        within the idempotency window are answered with the first message and not stored again."""
         config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None
-        answers: list[dict[str, Any] | asyncio.Future[dict[str, Any]] | None] = []
+        answers: list[Earlier | None] = []
         fresh: list[tuple[int, str, str | None]] = []  # (answer index, unique id, as supplied)
         pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         messages = []
         for incoming in batch:
             supplied = incoming.unique_id
             if supplied is not None and window is not None:
-                earlier = pending.get(supplied) or window.get((topic, supplied))
+                earlier = pending.get(supplied) or self._earlier(window, topic, supplied)
                 if earlier is not None:
                     answers.append(earlier)
                     continue
                 pending[supplied] = asyncio.get_running_loop().create_future()
             unique_id = supplied or self.unique_ids.next()
-            messages.append(
-                self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
-            )
+            message = self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
+            if supplied is not None:
+                message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
+            messages.append(message)
             fresh.append((len(answers), unique_id, supplied))
             answers.append(None)
         if messages:
             appended = self.store.append(messages)
-            if window is not None:
-                for supplied, future in pending.items():
-                    window.put((topic, supplied), future)
-            durable = True
-            if self.store.group_commit is not None:
-                durable = await asyncio.wrap_future(self.store.durable(appended))
-            status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
-            for (index, unique_id, supplied), result in zip(fresh, appended, strict=True):
-                answer = {
-                    "msg_id": result.msg_id,
-                    "unique_id": unique_id,
-                    "queue_id": result.queue_id,
-                    "queue_offset": result.queue_offset,
-                    "status": status,
-                }
-                answers[index] = answer
-                if supplied is not None and window is not None:
-                    pending[supplied].set_result(answer)
-        return [answer if isinstance(answer, dict) else await answer for answer in answers]  # type: ignore[misc]
+            try:
+                if window is not None:
+                    for (_, _, supplied), result in zip(fresh, appended, strict=True):
+                        if supplied is not None:
+                            window.begin((topic, supplied), result.physical_offset, pending[supplied])
+                durable = True
+                if self.store.group_commit is not None:
+                    durable = await asyncio.wrap_future(self.store.durable(appended))
+                status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
+                for (index, unique_id, supplied), result in zip(fresh, appended, strict=True):
+                    answer = {
+                        "msg_id": result.msg_id,
+                        "unique_id": unique_id,
+                        "queue_id": result.queue_id,
+                        "queue_offset": result.queue_offset,
+                        "status": status,
+                    }
+                    answers[index] = answer
+                    if supplied is not None and window is not None:
+                        pending[supplied].set_result(answer)
+            finally:
+                if window is not None:
+                    for supplied, future in pending.items():
+                        window.settle((topic, supplied))
+                        future.cancel()  # unanswered: retries read the record instead
+        return [await self._answer(topic, answer) for answer in answers if answer is not None]
+
+    def _earlier(self, window: IdempotencyWindow, topic: str, unique_id: str) -> Earlier | None:
+        """How to answer a repeat of ``unique_id``: wait for the first produce still in flight, or
+        read the first message back; None if the window does not know it."""
+        key = (topic, unique_id)
+        in_flight = window.in_flight(key)
+        if in_flight is not None:
+            return in_flight
+        physical_offset = window.find(key)
+        if physical_offset is None:
+            return None
+        # Checked against the record: a digest collision, a record gone with retention or a
+        # deleted topic's record is a miss, never a wrong answer.
+        return self.store.query_message_by_unique_id_at(topic, unique_id, physical_offset)
+
+    async def _answer(self, topic: str, earlier: Earlier | None) -> dict[str, Any]:
+        if isinstance(earlier, dict):
+            return earlier
+        if isinstance(earlier, asyncio.Future):  # the same unique id earlier in this batch
+            return await earlier
+        if isinstance(earlier, InFlight):
+            await asyncio.wait([earlier.future])
+            if not earlier.future.cancelled():
+                return earlier.future.result()
+            # The first request ended without an answer; its message is in the log all the same.
+            stored = self.store.look_message(earlier.physical_offset)
+            if stored is None:
+                raise ApiError(ErrorCode.INTERNAL_ERROR, "the first message of this unique id is gone")
+            earlier = stored
+        assert isinstance(earlier, StoredMessage)
+        durable = True
+        if self.store.group_commit is not None:
+            end = AppendResult(
+                PutStatus.PUT_OK,
+                topic,
+                earlier.queue_id,
+                earlier.queue_offset,
+                earlier.physical_offset,
+                earlier.size,
+                earlier.store_timestamp,
+                earlier.store_host,
+            )
+            durable = await asyncio.wrap_future(self.store.durable([end]))
+        return {
+            "msg_id": earlier.msg_id,
+            "unique_id": earlier.unique_id,
+            "queue_id": earlier.queue_id,
+            "queue_offset": earlier.queue_offset,
+            "status": "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT",
+        }
+
+    def restore_idempotency(self) -> int:
+        """Rebuild the idempotency window from the messages stored within it whose unique id the
+        producer chose: a retry after a restart is still recognised. Reads the CommitLog: run it
+        off the event loop, before the broker takes requests. Returns how many ids it restored."""
+        window = self.idempotency
+        if not window.enabled:
+            return 0
+        now_ms = time.time() * 1000
+        since_ms = int(now_ms - window.window_s * 1000)
+        return window.restore(
+            ((record.topic, record.uniq_key), offset, (now_ms - record.store_timestamp) / 1000)
+            for offset, record in self.store.records_since(since_ms)
+            if record.sysflag & SYSFLAG_PRODUCER_UNIQ_KEY
+        )
 
     # -- pulling ---------------------------------------------------------------------------------
 
@@ -254,7 +348,20 @@ class Broker:
         policy, timestamp_ms = parse_start(start)
         return self.group_offset(group, topic, queue_id, policy, timestamp_ms)
 
+    def check_commit(self, topic: str, queue_id: int, offset: int) -> None:
+        """An offset can be committed only within the queue's [min offset, max offset]."""
+        low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+        if not low <= offset <= high:
+            raise ApiError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside queue {queue_id} of topic {topic!r}: {low}..{high}",
+                extra={"topic": topic, "queue_id": queue_id, "min_offset": low, "max_offset": high},
+            )
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` as the group's next offset on the queue; OFFSET_OUT_OF_RANGE if it is
+        outside the queue's [min offset, max offset]."""
+        self.check_commit(topic, queue_id, offset)
         self.store.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def group_offset(

@@ -1,18 +1,52 @@
-"""The produce idempotency window: a producer-supplied unique id seen again returns the first result.
+"""The produce idempotency window: a producer-supplied unique id seen again answers the first message.
 
-Entries are futures, so a retry that races the first request (still waiting for its group commit)
-gets the first request's final answer rather than a second copy of the message.
+What is remembered is where the first message lies, not its answer: ``(topic, unique id) -> CommitLog
+offset``. A hit is answered from the record at that offset, after checking that the record really
+carries that topic and unique id, so a digest collision, a record removed by retention or a deleted
+topic's record is a miss, never a wrong answer. Because the unique id is stored with the message,
+the window is rebuilt at start from the records of the last ``window_s`` (:meth:`restore`).
+
+Memory is what bounds the window (``max_entries``, 1M by default), so entries are compact: no Python
+object per entry. A 63-bit digest of the key and the offset sit side by side in ``array('q')``
+buckets of a linear hash table (buckets split one at a time as it grows, so no insert rehashes the
+whole table), and insertion order - which is expiry order - is kept in three arrays (digest,
+offset, expiry). About 60 bytes per entry, against some 850 for a dict of tuples and futures.
+
+A produce still in flight (appended, waiting for its group commit) also has an :class:`InFlight`
+entry, so that a retry racing it waits for the first request's final answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 Key = tuple[str, str]  # (topic, unique id)
+
+# Digests are forced negative and offsets are >= 0, so a digest found by array.index() in a bucket
+# of interleaved (digest, offset) pairs is always at a digest position.
+DIGEST_SIGN = -(1 << 63)
+FIRST_LEVEL = 4  # 16 buckets to start with
+MAX_LOAD = 8  # entries per bucket before one more bucket is split off
+COMPACT_AFTER = 4096  # expired ring entries tolerated before the ring arrays are moved down
+
+
+def digest(key: Key) -> int:
+    """A 63-bit digest of (topic, unique id), negative. Python's string hash is keyed per process,
+    which is enough: the table lives in one process and is rebuilt, digests and all, at start."""
+    return hash(key) | DIGEST_SIGN
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A first produce appended at ``physical_offset`` whose answer is not settled yet."""
+
+    physical_offset: int
+    future: asyncio.Future[dict[str, Any]]
 
 
 class IdempotencyWindow:
@@ -22,39 +56,132 @@ class IdempotencyWindow:
         self.window_s = window_s
         self.max_entries = max_entries
         self.clock = clock
-        self._entries: OrderedDict[Key, tuple[float, asyncio.Future[dict[str, Any]]]] = OrderedDict()
+        self._level = FIRST_LEVEL
+        self._split = 0  # buckets below this one are already split at the current level
+        self._buckets = [array("q") for _ in range(1 << FIRST_LEVEL)]
+        self._count = 0
+        # Insertion (= expiry) order; entries before _head are gone.
+        self._ring_digests = array("q")
+        self._ring_offsets = array("q")
+        self._ring_expiry = array("d")
+        self._head = 0
+        self._in_flight: dict[Key, InFlight] = {}
 
     @property
     def enabled(self) -> bool:
         return self.window_s > 0 and self.max_entries > 0
 
-    def get(self, key: Key) -> asyncio.Future[dict[str, Any]] | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if entry[0] < self.clock():
-            del self._entries[key]
-            return None
-        return entry[1]
-
-    def put(self, key: Key, future: asyncio.Future[dict[str, Any]]) -> None:
-        self._expire()
-        self._entries[key] = (self.clock() + self.window_s, future)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-
-    def forget(self, key: Key) -> None:
-        self._entries.pop(key, None)
-
-    def _expire(self) -> None:
-        now = self.clock()
-        entries = self._entries
-        while entries:
-            key, (expires, _) = next(iter(entries.items()))
-            if expires >= now:
-                break
-            del entries[key]
-
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._count
+
+    # -- remembered offsets ----------------------------------------------------------------------
+
+    def find(self, key: Key) -> int | None:
+        """The CommitLog offset remembered for ``key``, None if none (or it expired)."""
+        self._expire(self.clock())
+        d = digest(key)
+        bucket = self._buckets[self._bucket_of(d)]
+        if d not in bucket:
+            return None
+        return bucket[bucket.index(d) + 1]
+
+    def put(self, key: Key, physical_offset: int) -> None:
+        """Remember that ``key``'s first message lies at ``physical_offset``, for ``window_s``."""
+        now = self.clock()
+        self._expire(now)
+        self._insert(digest(key), physical_offset, now + self.window_s)
+
+    def restore(self, entries: Iterable[tuple[Key, int, float]]) -> int:
+        """Remember stored messages again: (key, offset, age in seconds), oldest first, as read
+        from the CommitLog at start. Entries already past the window are skipped; returns how
+        many were remembered."""
+        now = self.clock()
+        remembered = 0
+        latest = float("-inf")
+        for key, physical_offset, age_s in entries:
+            if age_s >= self.window_s:
+                continue
+            # Expiry times must not go backwards in the ring, even if the wall clock did.
+            latest = max(latest, now + self.window_s - max(age_s, 0.0))
+            self._insert(digest(key), physical_offset, latest)
+            remembered += 1
+        return remembered
+
+    def _insert(self, d: int, physical_offset: int, expires: float) -> None:
+        bucket = self._buckets[self._bucket_of(d)]
+        if d in bucket:  # the same key again (its record was gone), or a digest collision
+            bucket[bucket.index(d) + 1] = physical_offset
+        else:
+            bucket.append(d)
+            bucket.append(physical_offset)
+            self._count += 1
+            if self._count > MAX_LOAD * len(self._buckets):
+                self._split_one()
+        self._ring_digests.append(d)
+        self._ring_offsets.append(physical_offset)
+        self._ring_expiry.append(expires)
+        while self._count > self.max_entries:
+            self._drop_oldest()
+
+    # -- in-flight produces ----------------------------------------------------------------------
+
+    def in_flight(self, key: Key) -> InFlight | None:
+        return self._in_flight.get(key)
+
+    def begin(self, key: Key, physical_offset: int, future: asyncio.Future[dict[str, Any]]) -> None:
+        """A first produce of ``key`` was appended: remember it, and let retries wait for it."""
+        self.put(key, physical_offset)
+        self._in_flight[key] = InFlight(physical_offset, future)
+
+    def settle(self, key: Key) -> None:
+        """The first produce of ``key`` is answered: retries are now answered from its record."""
+        self._in_flight.pop(key, None)
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's produces in flight are no answer to a retry. (Its remembered offsets
+        lie below the topic's deletion point, so the store no longer answers for them.)"""
+        for key in [key for key in self._in_flight if key[0] == topic]:
+            del self._in_flight[key]
+
+    # -- the linear hash table and the ring ------------------------------------------------------
+
+    def _bucket_of(self, d: int) -> int:
+        index = d & ((1 << self._level) - 1)
+        if index < self._split:
+            index = d & ((1 << (self._level + 1)) - 1)
+        return index
+
+    def _split_one(self) -> None:
+        """Split the next bucket in turn into itself and a new one (linear hashing)."""
+        old = self._buckets[self._split]
+        high_bit = 1 << self._level
+        keep, move = array("q"), array("q")
+        for i in range(0, len(old), 2):
+            (move if old[i] & high_bit else keep).extend(old[i : i + 2])
+        self._buckets[self._split] = keep
+        self._buckets.append(move)
+        self._split += 1
+        if self._split == high_bit:
+            self._level += 1
+            self._split = 0
+
+    def _expire(self, now: float) -> None:
+        expiry = self._ring_expiry
+        while self._head < len(expiry) and expiry[self._head] < now:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        head = self._head
+        d = self._ring_digests[head]
+        bucket = self._buckets[self._bucket_of(d)]
+        if d in bucket:
+            i = bucket.index(d)
+            # Only if no later insert of the same digest replaced this entry's offset.
+            if bucket[i + 1] == self._ring_offsets[head]:
+                del bucket[i : i + 2]
+                self._count -= 1
+        self._head = head + 1
+        if self._head >= COMPACT_AFTER and self._head * 4 >= len(self._ring_expiry):
+            for ring in (self._ring_digests, self._ring_offsets, self._ring_expiry):
+                del ring[: self._head]
+            self._head = 0

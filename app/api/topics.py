@@ -135,10 +135,7 @@ async def get_topic(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
 
 @router.delete("/{topic}", status_code=204, summary="Delete a topic and its queues on this broker")
 async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
-    await broker.topic(topic)
-    broker.topics.delete(topic)
-    await asyncio.to_thread(broker.store.delete_topic, topic)
-    await broker.topics_changed()
+    await broker.delete_topic(topic)
     return Response(status_code=204)
 
 

@@ -180,6 +180,16 @@ class ConsumerOffsetManager:
                 self._version += 1
         return dropped
 
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets on ``topic`` (it was deleted); returns how many queues."""
+        prefix = f"{topic}@"
+        with self._lock:
+            doomed = [key for key in self._table if key.startswith(prefix)]
+            dropped = sum(len(self._table.pop(key)) for key in doomed)
+            if doomed:
+                self._version += 1
+        return dropped
+
     # -- persistence -----------------------------------------------------------------------------
 
     def encode(self) -> bytes:
