@@ -7,10 +7,11 @@ topic's record is a miss, never a wrong answer. Because the unique id is stored 
 the window is rebuilt at start from the records of the last ``window_s`` (:meth:`restore`).
 
 Memory is what bounds the window (``max_entries``, 1M by default), so entries are compact: no Python
-object per entry. A 63-bit digest of the key and the offset sit side by side in ``array('q')``
+object per entry. A 63-bit digest of the key and the offset, 16 bytes, sit in the ``bytearray``
 buckets of a linear hash table (buckets split one at a time as it grows, so no insert rehashes the
-whole table), and insertion order - which is expiry order - is kept in three arrays (digest,
-offset, expiry). About 60 bytes per entry, against some 850 for a dict of tuples and futures.
+whole table); insertion order - which is expiry order - is a ring of the same 16 bytes and an
+``array('d')`` of expiry times. About 60 bytes per entry, against some 850 for a dict of tuples
+and futures.
 
 A produce still in flight (appended, waiting for its group commit) also has an :class:`InFlight`
 entry, so that a retry racing it waits for the first request's final answer.
@@ -19,6 +20,7 @@ entry, so that a retry racing it waits for the first request's final answer.
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from array import array
 from collections.abc import Callable, Iterable
@@ -27,18 +29,29 @@ from typing import Any
 
 Key = tuple[str, str]  # (topic, unique id)
 
-# Digests are forced negative and offsets are >= 0, so a digest found by array.index() in a bucket
-# of interleaved (digest, offset) pairs is always at a digest position.
+# One entry of a bucket, and of the insertion-order ring: 63-bit digest | CommitLog offset.
+ENTRY = struct.Struct("<qq")
+assert ENTRY.size == 16
+# Digests are negative and offsets are not, so a digest never matches an offset field.
 DIGEST_SIGN = -(1 << 63)
 FIRST_LEVEL = 4  # 16 buckets to start with
 MAX_LOAD = 8  # entries per bucket before one more bucket is split off
-COMPACT_AFTER = 4096  # expired ring entries tolerated before the ring arrays are moved down
+COMPACT_AFTER = 4096  # expired ring entries tolerated before the ring is moved down
 
 
 def digest(key: Key) -> int:
     """A 63-bit digest of (topic, unique id), negative. Python's string hash is keyed per process,
     which is enough: the table lives in one process and is rebuilt, digests and all, at start."""
     return hash(key) | DIGEST_SIGN
+
+
+def _position(bucket: bytearray, packed_digest: bytes) -> int:
+    """Where the entry with this digest starts in ``bucket``, -1 if none. bytearray.find runs in C
+    without making an object per entry; a match that straddles two entries is skipped."""
+    position = bucket.find(packed_digest)
+    while position > 0 and position % ENTRY.size:
+        position = bucket.find(packed_digest, position + 1)
+    return position
 
 
 @dataclass(slots=True)
@@ -58,11 +71,11 @@ class IdempotencyWindow:
         self.clock = clock
         self._level = FIRST_LEVEL
         self._split = 0  # buckets below this one are already split at the current level
-        self._buckets = [array("q") for _ in range(1 << FIRST_LEVEL)]
+        self._buckets = [bytearray() for _ in range(1 << FIRST_LEVEL)]
         self._count = 0
-        # Insertion (= expiry) order; entries before _head are gone.
-        self._ring_digests = array("q")
-        self._ring_offsets = array("q")
+        # Insertion order, which is expiry order: entries, and when each expires. Entries before
+        # _head are gone.
+        self._ring = bytearray()
         self._ring_expiry = array("d")
         self._head = 0
         self._in_flight: dict[Key, InFlight] = {}
@@ -81,9 +94,10 @@ class IdempotencyWindow:
         self._expire(self.clock())
         d = digest(key)
         bucket = self._buckets[self._bucket_of(d)]
-        if d not in bucket:
+        position = _position(bucket, d.to_bytes(8, "little", signed=True))
+        if position < 0:
             return None
-        return bucket[bucket.index(d) + 1]
+        return int(ENTRY.unpack_from(bucket, position)[1])
 
     def put(self, key: Key, physical_offset: int) -> None:
         """Remember that ``key``'s first message lies at ``physical_offset``, for ``window_s``."""
@@ -108,17 +122,17 @@ class IdempotencyWindow:
         return remembered
 
     def _insert(self, d: int, physical_offset: int, expires: float) -> None:
+        entry = ENTRY.pack(d, physical_offset)
         bucket = self._buckets[self._bucket_of(d)]
-        if d in bucket:  # the same key again (its record was gone), or a digest collision
-            bucket[bucket.index(d) + 1] = physical_offset
+        position = _position(bucket, entry[:8])
+        if position >= 0:  # the same key again (its record was gone), or a digest collision
+            bucket[position : position + ENTRY.size] = entry
         else:
-            bucket.append(d)
-            bucket.append(physical_offset)
+            bucket += entry
             self._count += 1
             if self._count > MAX_LOAD * len(self._buckets):
                 self._split_one()
-        self._ring_digests.append(d)
-        self._ring_offsets.append(physical_offset)
+        self._ring += entry
         self._ring_expiry.append(expires)
         while self._count > self.max_entries:
             self._drop_oldest()
@@ -155,9 +169,9 @@ class IdempotencyWindow:
         """Split the next bucket in turn into itself and a new one (linear hashing)."""
         old = self._buckets[self._split]
         high_bit = 1 << self._level
-        keep, move = array("q"), array("q")
-        for i in range(0, len(old), 2):
-            (move if old[i] & high_bit else keep).extend(old[i : i + 2])
+        keep, move = bytearray(), bytearray()
+        for position, (d, _) in zip(range(0, len(old), ENTRY.size), ENTRY.iter_unpack(old), strict=True):
+            (move if d & high_bit else keep).extend(old[position : position + ENTRY.size])
         self._buckets[self._split] = keep
         self._buckets.append(move)
         self._split += 1
@@ -171,17 +185,16 @@ class IdempotencyWindow:
             self._drop_oldest()
 
     def _drop_oldest(self) -> None:
-        head = self._head
-        d = self._ring_digests[head]
-        bucket = self._buckets[self._bucket_of(d)]
-        if d in bucket:
-            i = bucket.index(d)
-            # Only if no later insert of the same digest replaced this entry's offset.
-            if bucket[i + 1] == self._ring_offsets[head]:
-                del bucket[i : i + 2]
-                self._count -= 1
-        self._head = head + 1
+        start = self._head * ENTRY.size
+        entry = self._ring[start : start + ENTRY.size]
+        bucket = self._buckets[self._bucket_of(ENTRY.unpack(entry)[0])]
+        position = _position(bucket, entry[:8])
+        # Only if no later insert of the same digest replaced this entry's offset.
+        if position >= 0 and bucket[position : position + ENTRY.size] == entry:
+            del bucket[position : position + ENTRY.size]
+            self._count -= 1
+        self._head += 1
         if self._head >= COMPACT_AFTER and self._head * 4 >= len(self._ring_expiry):
-            for ring in (self._ring_digests, self._ring_offsets, self._ring_expiry):
-                del ring[: self._head]
+            del self._ring[: self._head * ENTRY.size]
+            del self._ring_expiry[: self._head]
             self._head = 0

@@ -32,7 +32,7 @@ def get_message(
         _, _, physical_offset = parse_message_id(msg_id)
     except ValueError as exc:
         raise ApiError(ErrorCode.INVALID_MESSAGE_ID, f"message id {msg_id!r} is not valid: {exc}") from None
-    raw = broker.store.read_record(physical_offset)
+    raw = broker.store.read_live_record(physical_offset)
     if raw is None:
         raise ApiError(ErrorCode.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")
     return record_to_json(raw)

@@ -392,6 +392,14 @@ class MessageStore:
         data = self.read_record(physical_offset)
         return decode_record(data) if data is not None else None
 
+    def read_live_record(self, physical_offset: int) -> memoryview | None:
+        """As :meth:`read_record`, None for a record of a topic deleted since it was stored."""
+        data = self.read_record(physical_offset)
+        dead = self.deletions.is_dead
+        if data is not None and self.deletions.floors and dead(decode_record(data).topic, physical_offset):
+            return None
+        return data
+
     def _look_live_message(self, physical_offset: int) -> StoredMessage | None:
         """As :meth:`look_message`, None for a record of a topic deleted since it was stored."""
         message = self.look_message(physical_offset)
