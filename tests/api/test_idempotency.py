@@ -92,11 +92,12 @@ def test_restore_keeps_only_the_newest_max_entries() -> None:
 
 def test_the_table_agrees_with_a_plain_dict_through_growth_expiry_and_eviction() -> None:
     rng = random.Random(7)
-    ids, clock = window(window_s=50, max_entries=3000)
+    ids, clock = window(window_s=20, max_entries=2500)
     model: OrderedDict[Key, tuple[int, float]] = OrderedDict()  # key -> (offset, expiry)
     offset = 0
     for step in range(20_000):
-        clock.now += rng.random() * 0.01
+        # Fast at first, so that the size bound evicts ids; slower later, so that ids expire.
+        clock.now += rng.random() * (0.002 if step < 10_000 else 0.02)
         while model and next(iter(model.values()))[1] < clock.now:
             model.popitem(last=False)
         key = ("orders", f"id-{rng.randrange(40_000)}")
@@ -104,8 +105,8 @@ def test_the_table_agrees_with_a_plain_dict_through_growth_expiry_and_eviction()
             offset += 1
             ids.put(key, offset)
             model.pop(key, None)
-            model[key] = (offset, clock.now + 50)
-            while len(model) > 3000:
+            model[key] = (offset, clock.now + 20)
+            while len(model) > 2500:
                 model.popitem(last=False)
         expected = model.get(key)
         assert ids.find(key) == (None if expected is None else expected[0]), step
