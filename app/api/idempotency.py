@@ -10,8 +10,8 @@ Memory is what bounds the window (``max_entries``, 1M by default), so entries ar
 object per entry. A 63-bit digest of the key and the offset, 16 bytes, sit in the ``bytearray``
 buckets of a linear hash table (buckets split one at a time as it grows, so no insert rehashes the
 whole table); insertion order - which is expiry order - is a ring of the same 16 bytes and an
-``array('d')`` of expiry times. About 60 bytes per entry, against some 850 for a dict of tuples
-and futures.
+``array('d')`` of expiry times. About 50 bytes per entry (tracemalloc, 200k and 1M entries),
+against some 850 for a dict of tuples and futures.
 
 A produce still in flight (appended, waiting for its group commit) also has an :class:`InFlight`
 entry, so that a retry racing it waits for the first request's final answer.
