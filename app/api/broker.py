@@ -15,7 +15,7 @@ from typing import Any
 
 from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode
-from app.api.idempotency import IdempotencyWindow, InFlight
+from app.api.idempotency import IdempotencyWindow
 from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
@@ -38,9 +38,9 @@ RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 # A pull is held again only while at least this much of its wait is left.
 MIN_HOLD_S = 0.001
 
-# How a repeated unique id is answered: an answer of this batch (a dict, or a future while the
-# batch is in flight), a first produce of another request still in flight, or the stored message.
-Earlier = dict[str, Any] | asyncio.Future[dict[str, Any]] | InFlight | StoredMessage
+# An answer of produce: made for a stored message, the index of the same unique id's answer earlier
+# in the batch, or the first message of a repeated unique id.
+Answer = dict[str, Any] | int | StoredMessage
 
 SEND_STATUS = {PutStatus.PUT_OK: "SEND_OK", PutStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT"}
 
@@ -147,7 +147,6 @@ class Broker:
         await self.topic(name)
         self.topics.delete(name)
         await asyncio.to_thread(self.store.delete_topic, name)
-        self.idempotency.forget_topic(name)
         await self.topics_changed()
 
     async def topics_changed(self) -> None:
@@ -206,101 +205,87 @@ class Broker:
         within the idempotency window are answered with the first message and not stored again."""
         config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None
-        answers: list[Earlier | None] = []
+        answers: list[Answer] = []
         fresh: list[tuple[int, str, str | None]] = []  # (answer index, unique id, as supplied)
-        pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        first_in_batch: dict[str, int] = {}  # supplied unique id -> answer index of its first copy
         messages = []
         for incoming in batch:
             supplied = incoming.unique_id
             if supplied is not None and window is not None:
-                earlier = pending.get(supplied) or self._earlier(window, topic, supplied)
+                earlier: int | StoredMessage | None = first_in_batch.get(supplied)
+                if earlier is None:
+                    earlier = self._stored_first(window, topic, supplied)
                 if earlier is not None:
                     answers.append(earlier)
                     continue
-                pending[supplied] = asyncio.get_running_loop().create_future()
+                first_in_batch[supplied] = len(answers)
             unique_id = supplied or self.unique_ids.next()
             message = self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
             if supplied is not None:
                 message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
             messages.append(message)
             fresh.append((len(answers), unique_id, supplied))
-            answers.append(None)
+            answers.append({})
         if messages:
             appended = self.store.append(messages)
-            try:
-                if window is not None:
-                    for (_, _, supplied), result in zip(fresh, appended, strict=True):
-                        if supplied is not None:
-                            window.begin((topic, supplied), result.physical_offset, pending[supplied])
-                durable = True
-                if self.store.group_commit is not None:
-                    durable = await asyncio.wrap_future(self.store.durable(appended))
-                status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
-                for (index, unique_id, supplied), result in zip(fresh, appended, strict=True):
-                    answer = {
-                        "msg_id": result.msg_id,
-                        "unique_id": unique_id,
-                        "queue_id": result.queue_id,
-                        "queue_offset": result.queue_offset,
-                        "status": status,
-                    }
-                    answers[index] = answer
-                    if supplied is not None and window is not None:
-                        pending[supplied].set_result(answer)
-            finally:
-                if window is not None:
-                    for supplied, future in pending.items():
-                        window.settle((topic, supplied))
-                        future.cancel()  # unanswered: retries read the record instead
-        return [await self._answer(topic, answer) for answer in answers if answer is not None]
+            if window is not None:
+                # Remembered before the group commit: a retry that races this request finds the
+                # record and waits for the same group commit, instead of storing a copy.
+                for (_, _, supplied), result in zip(fresh, appended, strict=True):
+                    if supplied is not None:
+                        window.put((topic, supplied), result.physical_offset)
+            durable = True
+            if self.store.group_commit is not None:
+                durable = await asyncio.wrap_future(self.store.durable(appended))
+            status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
+            for (index, unique_id, _), result in zip(fresh, appended, strict=True):
+                answers[index] = {
+                    "msg_id": result.msg_id,
+                    "unique_id": unique_id,
+                    "queue_id": result.queue_id,
+                    "queue_offset": result.queue_offset,
+                    "status": status,
+                }
+        results: list[dict[str, Any]] = []
+        for answer in answers:
+            if isinstance(answer, int):  # a repeat within this batch
+                results.append(results[answer])
+            elif isinstance(answer, StoredMessage):
+                results.append(await self._answer_from_log(topic, answer))
+            else:
+                results.append(answer)
+        return results
 
-    def _earlier(self, window: IdempotencyWindow, topic: str, unique_id: str) -> Earlier | None:
-        """How to answer a repeat of ``unique_id``: wait for the first produce still in flight, or
-        read the first message back; None if the window does not know it."""
-        key = (topic, unique_id)
-        in_flight = window.in_flight(key)
-        if in_flight is not None:
-            return in_flight
-        physical_offset = window.find(key)
+    def _stored_first(self, window: IdempotencyWindow, topic: str, unique_id: str) -> StoredMessage | None:
+        """The first message of ``unique_id`` if the window remembers it, else None. Checked against
+        the record: a digest collision, a record gone with retention or a deleted topic's record is
+        a miss, never a wrong answer."""
+        physical_offset = window.find((topic, unique_id))
         if physical_offset is None:
             return None
-        # Checked against the record: a digest collision, a record gone with retention or a
-        # deleted topic's record is a miss, never a wrong answer.
         return self.store.query_message_by_unique_id_at(topic, unique_id, physical_offset)
 
-    async def _answer(self, topic: str, earlier: Earlier | None) -> dict[str, Any]:
-        if isinstance(earlier, dict):
-            return earlier
-        if isinstance(earlier, asyncio.Future):  # the same unique id earlier in this batch
-            return await earlier
-        if isinstance(earlier, InFlight):
-            await asyncio.wait([earlier.future])
-            if not earlier.future.cancelled():
-                return earlier.future.result()
-            # The first request ended without an answer; its message is in the log all the same.
-            stored = self.store.look_message(earlier.physical_offset)
-            if stored is None:
-                raise ApiError(ErrorCode.INTERNAL_ERROR, "the first message of this unique id is gone")
-            earlier = stored
-        assert isinstance(earlier, StoredMessage)
+    async def _answer_from_log(self, topic: str, first: StoredMessage) -> dict[str, Any]:
+        """The answer for a repeat: the first message, SEND_OK once it is as durable as the flush
+        mode promises (so a retry racing the first request waits for the same group commit)."""
         durable = True
         if self.store.group_commit is not None:
-            end = AppendResult(
+            result = AppendResult(
                 PutStatus.PUT_OK,
                 topic,
-                earlier.queue_id,
-                earlier.queue_offset,
-                earlier.physical_offset,
-                earlier.size,
-                earlier.store_timestamp,
-                earlier.store_host,
+                first.queue_id,
+                first.queue_offset,
+                first.physical_offset,
+                first.size,
+                first.store_timestamp,
+                first.store_host,
             )
-            durable = await asyncio.wrap_future(self.store.durable([end]))
+            durable = await asyncio.wrap_future(self.store.durable([result]))
         return {
-            "msg_id": earlier.msg_id,
-            "unique_id": earlier.unique_id,
-            "queue_id": earlier.queue_id,
-            "queue_offset": earlier.queue_offset,
+            "msg_id": first.msg_id,
+            "unique_id": first.unique_id,
+            "queue_id": first.queue_id,
+            "queue_offset": first.queue_offset,
             "status": "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT",
         }
 

@@ -13,19 +13,16 @@ whole table); insertion order - which is expiry order - is a ring of the same 16
 ``array('d')`` of expiry times. About 50 bytes per entry (tracemalloc, 200k and 1M entries),
 against some 850 for a dict of tuples and futures.
 
-A produce still in flight (appended, waiting for its group commit) also has an :class:`InFlight`
-entry, so that a retry racing it waits for the first request's final answer.
+An id is remembered as soon as its message is appended, before the group commit: a retry racing
+the first request finds the record and waits for the same group commit rather than storing a copy.
 """
 
 from __future__ import annotations
 
-import asyncio
 import struct
 import time
 from array import array
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
 
 Key = tuple[str, str]  # (topic, unique id)
 
@@ -45,21 +42,13 @@ def digest(key: Key) -> int:
     return hash(key) | DIGEST_SIGN
 
 
-def _position(bucket: bytearray, packed_digest: bytes) -> int:
+def _position(bucket: bytearray, packed_digest: bytes | bytearray) -> int:
     """Where the entry with this digest starts in ``bucket``, -1 if none. bytearray.find runs in C
     without making an object per entry; a match that straddles two entries is skipped."""
     position = bucket.find(packed_digest)
     while position > 0 and position % ENTRY.size:
         position = bucket.find(packed_digest, position + 1)
     return position
-
-
-@dataclass(slots=True)
-class InFlight:
-    """A first produce appended at ``physical_offset`` whose answer is not settled yet."""
-
-    physical_offset: int
-    future: asyncio.Future[dict[str, Any]]
 
 
 class IdempotencyWindow:
@@ -78,7 +67,6 @@ class IdempotencyWindow:
         self._ring = bytearray()
         self._ring_expiry = array("d")
         self._head = 0
-        self._in_flight: dict[Key, InFlight] = {}
 
     @property
     def enabled(self) -> bool:
@@ -136,26 +124,6 @@ class IdempotencyWindow:
         self._ring_expiry.append(expires)
         while self._count > self.max_entries:
             self._drop_oldest()
-
-    # -- in-flight produces ----------------------------------------------------------------------
-
-    def in_flight(self, key: Key) -> InFlight | None:
-        return self._in_flight.get(key)
-
-    def begin(self, key: Key, physical_offset: int, future: asyncio.Future[dict[str, Any]]) -> None:
-        """A first produce of ``key`` was appended: remember it, and let retries wait for it."""
-        self.put(key, physical_offset)
-        self._in_flight[key] = InFlight(physical_offset, future)
-
-    def settle(self, key: Key) -> None:
-        """The first produce of ``key`` is answered: retries are now answered from its record."""
-        self._in_flight.pop(key, None)
-
-    def forget_topic(self, topic: str) -> None:
-        """A deleted topic's produces in flight are no answer to a retry. (Its remembered offsets
-        lie below the topic's deletion point, so the store no longer answers for them.)"""
-        for key in [key for key in self._in_flight if key[0] == topic]:
-            del self._in_flight[key]
 
     # -- the linear hash table and the ring ------------------------------------------------------
 

@@ -3,7 +3,6 @@ against a plain dict, and the memory it costs per remembered id."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import tracemalloc
 from collections import OrderedDict
@@ -112,23 +111,6 @@ def test_the_table_agrees_with_a_plain_dict_through_growth_expiry_and_eviction()
         assert ids.find(key) == (None if expected is None else expected[0]), step
     assert len(ids) == len(model)
     assert all(ids.find(key) == value[0] for key, value in model.items())
-
-
-def test_a_produce_in_flight_is_found_until_settled_and_forgotten_with_its_topic() -> None:
-    async def scenario() -> None:
-        ids, _ = window()
-        future: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
-        ids.begin(("orders", "a"), 100, future)
-        ids.begin(("refunds", "a"), 200, future)
-        in_flight = ids.in_flight(("orders", "a"))
-        assert in_flight is not None and in_flight.physical_offset == 100
-        ids.settle(("orders", "a"))
-        assert ids.in_flight(("orders", "a")) is None
-        assert ids.find(("orders", "a")) == 100
-        ids.forget_topic("refunds")
-        assert ids.in_flight(("refunds", "a")) is None
-
-    asyncio.run(scenario())
 
 
 def test_a_remembered_id_costs_less_than_100_bytes() -> None:
