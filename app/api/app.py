@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,6 +25,8 @@ from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore
+
+log = logging.getLogger(__name__)
 
 DESCRIPTION = """An HTTP-native, RocketMQ-style message broker.
 
@@ -82,9 +85,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine.dispose()
             raise
         await holds.start()
-        app.state.broker = Broker(settings, store, topic_configs, holds, routing)
-        settle_garbage_collector()
+        broker = Broker(settings, store, topic_configs, holds, routing)
         try:
+            # Before the first request: a retry after the restart must find its first message.
+            restored = await asyncio.to_thread(broker.restore_idempotency)
+            log.info("idempotency window: %d unique ids restored from the CommitLog", restored)
+            app.state.broker = broker
+            settle_garbage_collector()
             yield
         finally:
             await holds.stop()

@@ -24,7 +24,15 @@ from app.settings import Settings
 from app.store import GetMessageResult, GetMessageStatus, Message, MessageStore, PutStatus, TagFilter
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.errors import InvalidTopicError
-from app.store.record import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, validate_topic
+from app.store.record import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_PRODUCER_UNIQ_KEY,
+    StoredMessage,
+    validate_topic,
+)
+from app.store.results import AppendResult
 
 RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
 
@@ -35,6 +43,10 @@ MIN_HOLD_S = 0.001
 # slices of WHARF_MAX_SCAN_BYTES_PER_PULL, yielding to the event loop between two, and answers
 # NO_MATCHED_MESSAGE with the offset past what it scanned after this many slices.
 MAX_SCAN_SLICES_PER_PULL = 32
+
+# An answer of produce: made for a stored message, the index of the same unique id's answer earlier
+# in the batch, or the first message of a repeated unique id.
+Answer = dict[str, Any] | int | StoredMessage
 
 SEND_STATUS = {PutStatus.PUT_OK: "SEND_OK", PutStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT"}
 
@@ -135,6 +147,15 @@ class Broker:
             )
         return config
 
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic here: its configuration, queues, groups' offsets and its messages (which
+        never come back, not even for a retried unique id)."""
+        await self.topic(name)
+        await self.require_registry()
+        await asyncio.to_thread(self.topics.delete, name)
+        await asyncio.to_thread(self.store.delete_topic, name)
+        await self.topics_changed(deleted=[name])
+
     async def require_registry(self) -> None:
         """Raise RegistryUnavailableError (503) before a change the route registry must take."""
         if self.routing is not None:
@@ -199,48 +220,107 @@ class Broker:
 
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
         """Store a batch in one append; results in request order. Repeats of a producer's unique id
-        within the idempotency window are answered with the first result and not stored again."""
+        within the idempotency window are answered with the first message and not stored again."""
         config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None
-        answers: list[dict[str, Any] | asyncio.Future[dict[str, Any]] | None] = []
+        answers: list[Answer] = []
         fresh: list[tuple[int, str, str | None]] = []  # (answer index, unique id, as supplied)
-        pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        first_in_batch: dict[str, int] = {}  # supplied unique id -> answer index of its first copy
         messages = []
         for incoming in batch:
             supplied = incoming.unique_id
             if supplied is not None and window is not None:
-                earlier = pending.get(supplied) or window.get((topic, supplied))
+                earlier: int | StoredMessage | None = first_in_batch.get(supplied)
+                if earlier is None:
+                    earlier = self._stored_first(window, topic, supplied)
                 if earlier is not None:
                     answers.append(earlier)
                     continue
-                pending[supplied] = asyncio.get_running_loop().create_future()
+                first_in_batch[supplied] = len(answers)
             unique_id = supplied or self.unique_ids.next()
-            messages.append(
-                self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
-            )
+            message = self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
+            if supplied is not None:
+                message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
+            messages.append(message)
             fresh.append((len(answers), unique_id, supplied))
-            answers.append(None)
+            answers.append({})
         if messages:
             appended = self.store.append(messages)
             if window is not None:
-                for supplied, future in pending.items():
-                    window.put((topic, supplied), future)
+                # Remembered before the group commit: a retry that races this request finds the
+                # record and waits for the same group commit, instead of storing a copy.
+                for (_, _, supplied), result in zip(fresh, appended, strict=True):
+                    if supplied is not None:
+                        window.put((topic, supplied), result.physical_offset)
             durable = True
             if self.store.group_commit is not None:
                 durable = await asyncio.wrap_future(self.store.durable(appended))
             status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
-            for (index, unique_id, supplied), result in zip(fresh, appended, strict=True):
-                answer = {
+            for (index, unique_id, _), result in zip(fresh, appended, strict=True):
+                answers[index] = {
                     "msg_id": result.msg_id,
                     "unique_id": unique_id,
                     "queue_id": result.queue_id,
                     "queue_offset": result.queue_offset,
                     "status": status,
                 }
-                answers[index] = answer
-                if supplied is not None and window is not None:
-                    pending[supplied].set_result(answer)
-        return [answer if isinstance(answer, dict) else await answer for answer in answers]  # type: ignore[misc]
+        results: list[dict[str, Any]] = []
+        for answer in answers:
+            if isinstance(answer, int):  # a repeat within this batch
+                results.append(results[answer])
+            elif isinstance(answer, StoredMessage):
+                results.append(await self._answer_from_log(topic, answer))
+            else:
+                results.append(answer)
+        return results
+
+    def _stored_first(self, window: IdempotencyWindow, topic: str, unique_id: str) -> StoredMessage | None:
+        """The first message of ``unique_id`` if the window remembers it, else None. Checked against
+        the record: a digest collision, a record gone with retention or a deleted topic's record is
+        a miss, never a wrong answer."""
+        physical_offset = window.find((topic, unique_id))
+        if physical_offset is None:
+            return None
+        return self.store.query_message_by_unique_id_at(topic, unique_id, physical_offset)
+
+    async def _answer_from_log(self, topic: str, first: StoredMessage) -> dict[str, Any]:
+        """The answer for a repeat: the first message, SEND_OK once it is as durable as the flush
+        mode promises (so a retry racing the first request waits for the same group commit)."""
+        durable = True
+        if self.store.group_commit is not None:
+            result = AppendResult(
+                PutStatus.PUT_OK,
+                topic,
+                first.queue_id,
+                first.queue_offset,
+                first.physical_offset,
+                first.size,
+                first.store_timestamp,
+                first.store_host,
+            )
+            durable = await asyncio.wrap_future(self.store.durable([result]))
+        return {
+            "msg_id": first.msg_id,
+            "unique_id": first.unique_id,
+            "queue_id": first.queue_id,
+            "queue_offset": first.queue_offset,
+            "status": "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT",
+        }
+
+    def restore_idempotency(self) -> int:
+        """Rebuild the idempotency window from the messages stored within it whose unique id the
+        producer chose: a retry after a restart is still recognised. Reads the CommitLog: run it
+        off the event loop, before the broker takes requests. Returns how many ids it restored."""
+        window = self.idempotency
+        if not window.enabled:
+            return 0
+        now_ms = time.time() * 1000
+        since_ms = int(now_ms - window.window_s * 1000)
+        return window.restore(
+            ((record.topic, record.uniq_key), offset, (now_ms - record.store_timestamp) / 1000)
+            for offset, record in self.store.records_since(since_ms)
+            if record.sysflag & SYSFLAG_PRODUCER_UNIQ_KEY
+        )
 
     # -- pulling ---------------------------------------------------------------------------------
 
@@ -271,7 +351,20 @@ class Broker:
         policy, timestamp_ms = parse_start(start)
         return self.group_offset(group, topic, queue_id, policy, timestamp_ms)
 
+    def check_commit(self, topic: str, queue_id: int, offset: int) -> None:
+        """An offset can be committed only within the queue's [min offset, max offset]."""
+        low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+        if not low <= offset <= high:
+            raise ApiError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside queue {queue_id} of topic {topic!r}: {low}..{high}",
+                extra={"topic": topic, "queue_id": queue_id, "min_offset": low, "max_offset": high},
+            )
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` as the group's next offset on the queue; OFFSET_OUT_OF_RANGE if it is
+        outside the queue's [min offset, max offset]."""
+        self.check_commit(topic, queue_id, offset)
         self.store.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def group_offset(

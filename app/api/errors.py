@@ -36,6 +36,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_QUEUE = 40011
     INVALID_PARAMETER = 40012
     INVALID_CURSOR = 40013
+    OFFSET_OUT_OF_RANGE = 40014
     NOT_FOUND = 40401
     TOPIC_NOT_FOUND = 40402
     QUEUE_NOT_FOUND = 40403
@@ -79,6 +80,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.INVALID_QUEUE: "The queue id is outside the topic's queues.",
     ErrorCode.INVALID_PARAMETER: "A query parameter is out of range.",
     ErrorCode.INVALID_CURSOR: "The cursor is not a next_cursor this list answered.",
+    ErrorCode.OFFSET_OUT_OF_RANGE: (
+        "A committed offset is outside the queue's [min_offset, max_offset]; nothing was committed."
+        " The answer carries topic, queue_id, min_offset and max_offset."
+    ),
     ErrorCode.NOT_FOUND: "No such path.",
     ErrorCode.TOPIC_NOT_FOUND: "The topic does not exist.",
     ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",

@@ -64,12 +64,15 @@ def list_groups(broker: BrokerDep, limit: LimitParam = None, cursor: CursorParam
 @router.put(
     "/{group}/offsets",
     response_model=GroupOffsets,
-    summary="Commit offsets: the next offset the group will read, per queue",
-    responses={404: {"model": ErrorEnvelope}, 422: {"model": ErrorEnvelope}},
+    summary="Commit offsets: the next offset the group will read, per queue (all or nothing)",
+    responses={400: {"model": ErrorEnvelope}, 404: {"model": ErrorEnvelope}, 422: {"model": ErrorEnvelope}},
 )
 async def commit_offsets(group: GroupName, body: OffsetCommitRequest, broker: BrokerDep) -> dict[str, Any]:
-    for item in body.offsets:  # check everything before committing anything
+    # All or nothing: every entry is checked before any is committed.
+    for item in body.offsets:
         await broker.queue_of(item.topic, item.queue_id)
+    for item in body.offsets:
+        broker.check_commit(item.topic, item.queue_id, item.offset)
     for item in body.offsets:
         broker.commit_offset(group, item.topic, item.queue_id, item.offset)
     topics = sorted({item.topic for item in body.offsets})

@@ -54,7 +54,7 @@ def get_message(
             f"message {msg_id} was stored by the broker at {owner}, not by this one ({here}): ask {owner}",
             extra={"owner": owner},
         )
-    raw = store.read_record(physical_offset)
+    raw = store.read_live_record(physical_offset)
     # A record written under an earlier address of this store is not the message this id names.
     if raw is None or raw[POS_STOREHOST : POS_STOREHOST + len(store_host)] != store_host:
         raise ApiError(ErrorCode.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")

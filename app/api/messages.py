@@ -311,7 +311,10 @@ async def pull(
         str | None, Query(max_length=4096, description="Tag filter: 'TagA || TagB' or '*'")
     ] = None,
     group: Annotated[str | None, Query(min_length=1, max_length=255, description="Consumer group")] = None,
-    commit_offset: Annotated[int | None, Query(description="Commit this offset for the group first")] = None,
+    commit_offset: Annotated[
+        int | None,
+        Query(description="Commit this offset for the group first; within the queue's min..max offsets"),
+    ] = None,
     start: Annotated[
         str,
         Query(

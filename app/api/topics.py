@@ -222,11 +222,7 @@ async def get_topic(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
     responses={404: {"model": ErrorEnvelope}, 503: {"model": ErrorEnvelope}},
 )
 async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
-    await broker.topic(topic)
-    await broker.require_registry()
-    await asyncio.to_thread(broker.topics.delete, topic)
-    await asyncio.to_thread(broker.store.delete_topic, topic)
-    await broker.topics_changed(deleted=[topic])
+    await broker.delete_topic(topic)
     return Response(status_code=204)
 
 

@@ -239,7 +239,9 @@ class RoutingService:
         deleted = [name for name, config in pending.items() if config is None]
         async with self._write_lock:
             self._data_version += 1
-            return await self.call(self.registry.publish, self.identity, upserted, deleted, self._data_version)
+            return await self.call(
+                self.registry.publish, self.identity, upserted, deleted, self._data_version
+            )
 
     async def _heartbeat_loop(self) -> None:
         while True:

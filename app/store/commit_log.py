@@ -254,6 +254,23 @@ class CommitLog:
                     return  # the end of the log
             offset = base + mapped.file_size
 
+    def records_since(self, timestamp_ms: int) -> Iterator[tuple[int, CheckedRecord]]:
+        """Validate and yield (offset, record) for each message stored at or after ``timestamp_ms``,
+        in log order. The walk starts at the last segment whose first record is older, so it reads
+        little more than the records it yields."""
+        files = self.files.files
+        start = 0
+        for index in range(len(files) - 1, -1, -1):
+            first = self.first_store_timestamp(files[index])
+            if first is not None and first <= timestamp_ms:
+                start = index
+                break
+        if not files:
+            return
+        for offset, record in self.records_from(files[start].file_from_offset):
+            if record.store_timestamp >= timestamp_ms:
+                yield offset, record
+
     def first_store_timestamp(self, mapped: MappedFile) -> int | None:
         checked = check_record(mapped.view, 0, mapped.file_from_offset)
         if checked is None or checked.size == 0:

@@ -82,6 +82,10 @@ class StoreConfig:
         return self.config_dir / "consumerOffset.json"
 
     @property
+    def topic_deletions_path(self) -> Path:
+        return self.config_dir / "topicDeletions.json"
+
+    @property
     def checkpoint_path(self) -> Path:
         return self.store_dir / "checkpoint"
 

@@ -242,6 +242,12 @@ class ConsumerOffsetManager:
             self._version += 1
         return dropped
 
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets on ``topic`` (it was deleted); returns how many queues."""
+        prefix = f"{topic}@"
+        with self._lock:
+            return self._drop([key for key in self._table if key.startswith(prefix)])
+
     # -- persistence -----------------------------------------------------------------------------
 
     def encode(self) -> bytes:

@@ -67,6 +67,13 @@ class MessageLookup:
         )
         return found[0] if found else None
 
+    def by_unique_id_at(self, topic: str, unique_id: str, physical_offset: int) -> StoredMessage | None:
+        """The message at ``physical_offset``, if it is ``topic``'s message with that unique id."""
+        message = self.look_message(physical_offset)
+        if message is None or message.topic != topic or message.unique_id != unique_id:
+            return None
+        return message
+
     def _query(
         self,
         topic: str,

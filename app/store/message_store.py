@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 
 from app.store.allocate import AllocateSegmentService
@@ -33,6 +33,7 @@ from app.store.mapped_file import _fsync_dir
 from app.store.record import (
     FIXED_SIZE,
     MESSAGE_MAGIC,
+    CheckedRecord,
     Limits,
     Message,
     StoredMessage,
@@ -49,6 +50,7 @@ from app.store.record import (
 from app.store.recovery import RecoveryReport, recover
 from app.store.results import AppendResult, GetMessageResult, GetMessageStatus, PutStatus
 from app.store.retention import CleanReport, CleanService
+from app.store.topic_deletions import TopicDeletions
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +128,10 @@ class MessageStore:
         self.clean_service = CleanService(
             config, self.commitlog, self._all_queues, self.index_service, self.disk_guard, clock, sleep
         )
+        # Read before recovery dispatches anything: a deleted topic's records must stay dead.
+        self.deletions = TopicDeletions(config.topic_deletions_path).load()
         self.lookup = MessageLookup(
-            self.commitlog, self.index_service, self.look_message, config.max_index_query_results
+            self.commitlog, self.index_service, self._look_live_message, config.max_index_query_results
         )
         self.consumer_offsets = ConsumerOffsetManager(config.consumer_offset_path, self)
         self.offset_persist: OffsetPersistService | None = None
@@ -460,6 +464,30 @@ class MessageStore:
         data = self.read_record(physical_offset)
         return decode_record(data) if data is not None else None
 
+    def read_live_record(self, physical_offset: int) -> memoryview | None:
+        """As :meth:`read_record`, None for a record of a topic deleted since it was stored."""
+        data = self.read_record(physical_offset)
+        dead = self.deletions.is_dead
+        if data is not None and self.deletions.floors and dead(decode_record(data).topic, physical_offset):
+            return None
+        return data
+
+    def _look_live_message(self, physical_offset: int) -> StoredMessage | None:
+        """As :meth:`look_message`, None for a record of a topic deleted since it was stored."""
+        message = self.look_message(physical_offset)
+        if message is None or self.deletions.is_dead(message.topic, physical_offset):
+            return None
+        return message
+
+    def records_since(self, timestamp_ms: int) -> Iterator[tuple[int, CheckedRecord]]:
+        """(CommitLog offset, record) of every live message stored at or after ``timestamp_ms``,
+        in log order; records of deleted topics are left out. It reads the disk: call it off the
+        event loop."""
+        is_dead = self.deletions.is_dead
+        for offset, record in self.commitlog.records_since(timestamp_ms):
+            if not is_dead(record.topic, offset):
+                yield offset, record
+
     # -- lookups: by id, by key, by time ---------------------------------------------------------
 
     def query_message_by_id(self, msg_id: str) -> StoredMessage | None:
@@ -482,6 +510,13 @@ class MessageStore:
     def query_message_by_unique_id(self, topic: str, unique_id: str) -> StoredMessage | None:
         """The newest message of ``topic`` with UNIQ_KEY ``unique_id``, or None."""
         return self.lookup.by_unique_id(topic, unique_id)
+
+    def query_message_by_unique_id_at(
+        self, topic: str, unique_id: str, physical_offset: int
+    ) -> StoredMessage | None:
+        """The message at ``physical_offset`` if it is a live message of ``topic`` with UNIQ_KEY
+        ``unique_id``; None otherwise (no index needed)."""
+        return self.lookup.by_unique_id_at(topic, unique_id, physical_offset)
 
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The queue offset of the first message stored at or after ``timestamp_ms``; the max offset
@@ -528,24 +563,31 @@ class MessageStore:
         return message.store_timestamp if message is not None else None
 
     def delete_topic(self, topic: str) -> int:
-        """Drop every ConsumeQueue of ``topic``; its CommitLog records go with retention.
+        """Drop every ConsumeQueue of ``topic`` and every group's committed offsets on it; its
+        CommitLog records go with retention, dead from now on (:mod:`app.store.topic_deletions`).
 
         Returns how many queues were removed. New messages to the topic start again at offset 0.
         """
         with self.commitlog.lock, self._queues_lock:
+            # On disk first: a crash from here on leaves the old records dead, whatever remains.
+            self.deletions.record(topic, self.commitlog.max_offset, self.commitlog.min_offset)
+            if self.consumer_offsets.remove_topic(topic):
+                self.consumer_offsets.persist()
             doomed = [queue for key, queue in self.consume_queues.items() if key[0] == topic]
             self.consume_queues = {key: q for key, q in self.consume_queues.items() if key[0] != topic}
             for queue in doomed:
                 self.commitlog.queue_offsets.pop((queue.topic, queue.queue_id), None)
-        for queue in doomed:
-            queue.files.remove_first(len(queue.files.files))
-        topic_dir = self.config.consumequeue_dir / topic
-        for child in sorted(topic_dir.glob("*"), reverse=True):
-            if child.is_dir():
-                child.rmdir()
-        if topic_dir.is_dir():
-            topic_dir.rmdir()
+        self._remove_queue_files(topic, doomed)
         return len(doomed)
+
+    def _remove_queue_files(self, topic: str, queues: Iterable[ConsumeQueue]) -> None:
+        for queue in queues:
+            queue.files.remove_first(len(queue.files.files))
+            if queue.files.directory.is_dir():
+                queue.files.directory.rmdir()
+        topic_dir = self.config.consumequeue_dir / topic
+        if topic_dir.is_dir() and not any(topic_dir.iterdir()):
+            topic_dir.rmdir()
 
     def topics(self) -> dict[str, list[int]]:
         found: dict[str, list[int]] = {}
@@ -584,6 +626,20 @@ class MessageStore:
             for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
                 queue = self._consume_queue(topic_dir.name, int(queue_dir.name))
                 queue.files.load()
+        self._drop_deleted_queues()
+
+    def _drop_deleted_queues(self) -> None:
+        """Remove what a crash in the middle of :meth:`delete_topic` left: a queue of a deleted
+        topic whose first entry points below the deletion floor holds only dead entries (the
+        queues of a re-created topic start above it)."""
+        for key, queue in list(self.consume_queues.items()):
+            floor = self.deletions.floor(key[0])
+            if floor and queue.files.files:
+                first = queue.entry(queue.files.min_offset // UNIT.size)
+                if first is None or first[0] < floor:
+                    log.warning("removing queue %s of deleted topic %r, left behind by a crash", *key[::-1])
+                    self.consume_queues = {k: q for k, q in self.consume_queues.items() if k != key}
+                    self._remove_queue_files(key[0], [queue])
 
     def _dispatch(
         self,
@@ -597,6 +653,8 @@ class MessageStore:
         keys: str,
         uniq_key: str,
     ) -> None:
+        if self.deletions.floors and self.deletions.is_dead(topic, physical_offset):
+            return  # recovery walking a record written before its topic was deleted
         queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
         queue.put(queue_offset, physical_offset, size, tags_code)
 

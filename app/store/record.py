@@ -83,6 +83,9 @@ SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_COMMIT = 0x8
 SYSFLAG_TRANSACTION_ROLLBACK = 0xC
 SYSFLAG_TRANSACTION_MASK = 0xC
+# Wharf's own bit, above RocketMQ's: the producer chose the unique id (UNIQ_KEY), so a retry may
+# repeat it; the idempotency window is rebuilt at start from the records that carry this bit.
+SYSFLAG_PRODUCER_UNIQ_KEY = 0x10000
 
 # Property names (RocketMQ MessageConst).
 PROPERTY_TAGS = "TAGS"

@@ -89,3 +89,47 @@ def test_offset_errors(client: httpx.Client, topic: str) -> None:
         ErrorCode.VALIDATION_FAILED,
     )
     assert_error(client.put("/v1/groups/bad name/offsets", json={"offsets": []}), ErrorCode.VALIDATION_FAILED)
+
+
+def assert_out_of_range(response: httpx.Response, topic: str, queue_id: int, low: int, high: int) -> None:
+    body = response.json()
+    assert response.status_code == 400, body
+    assert body["error_code"] == int(ErrorCode.OFFSET_OUT_OF_RANGE) and body["message"]
+    assert (body["topic"], body["queue_id"], body["min_offset"], body["max_offset"]) == (
+        topic,
+        queue_id,
+        low,
+        high,
+    )
+
+
+def committed(client: httpx.Client, group: str, topic: str) -> list[int | None]:
+    rows = client.get(f"/v1/groups/{group}/offsets", params={"topic": topic}).json()["offsets"]
+    return [row["committed_offset"] for row in rows]
+
+
+def test_a_commit_past_the_end_of_a_queue_is_refused_and_changes_nothing(
+    client: httpx.Client, topic: str
+) -> None:
+    produce(client, topic, 0, 3)
+    ok = client.put(
+        "/v1/groups/range/offsets", json={"offsets": [{"topic": topic, "queue_id": 0, "offset": 3}]}
+    )
+    assert ok.status_code == 200
+    assert_out_of_range(
+        client.put(
+            "/v1/groups/range/offsets", json={"offsets": [{"topic": topic, "queue_id": 0, "offset": 4}]}
+        ),
+        topic,
+        0,
+        0,
+        3,
+    )
+    # All or nothing: the good entry before the bad one is not committed either.
+    batch = [{"topic": topic, "queue_id": 0, "offset": 1}, {"topic": topic, "queue_id": 1, "offset": 1}]
+    assert_out_of_range(client.put("/v1/groups/range/offsets", json={"offsets": batch}), topic, 1, 0, 0)
+    pulled = client.get(
+        f"/v1/topics/{topic}/queues/0/messages", params={"group": "range", "commit_offset": 9, "offset": 0}
+    )
+    assert_out_of_range(pulled, topic, 0, 0, 3)
+    assert committed(client, "range", topic) == [3, None, None, None]

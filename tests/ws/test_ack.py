@@ -139,3 +139,16 @@ def test_a_revoked_queue_is_read_again_from_the_group_offset_by_its_new_owner(
             assert [m["body"] for m in second.messages(1)] == ["unacked on 3"]
             first.send(type="ack", queue_id=3, offset=0)  # too late: queue 3 is not the first's now
             assert first.status()["unacked"] == 0
+
+
+def test_an_ack_after_the_topic_was_deleted_commits_nothing_and_closes_the_socket(
+    ws: WsBroker, client: httpx.Client, topic: str
+) -> None:
+    produce(client, topic, "a", "b", queue_id=0)
+    with ws.subscribe(topic=topic, group="orphan", queues="0", **{"from": "first"}, credit=5) as socket:
+        received = socket.messages(2)
+        assert client.delete(f"/v1/topics/{topic}").status_code == 204
+        socket.send(type="ack", queue_id=0, offsets=[m["queue_offset"] for m in received])
+        code, reason = socket.closed()
+        assert (code, reason.split()[0]) == (4400, "40014")
+    assert all(g["group"] != "orphan" for g in client.get("/v1/groups").json()["groups"])

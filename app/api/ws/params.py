@@ -78,15 +78,17 @@ def start_offset(broker: Broker, params: SubscribeParams, queue_id: int) -> int:
     With a group: its committed offset, else where the broker's start rules put a new group (those
     of the HTTP consumers: RocketMQ's computePullFromWhere with ``from`` as the policy). That first
     position is committed at once: otherwise a subscriber that disconnects before its first ack
-    would, with ``from=last``, come back past the messages stored in between. Without a group:
+    would, with ``from=last``, come back past the messages stored in between. A committed offset
+    past the queue's end (the queue lost its tail in a crash) starts at the end. Without a group:
     simply the queue's last or first offset, or the first at or after the timestamp.
     """
     topic, group = params.topic, params.group
+    store = broker.store
     if group is not None:
         offset = broker.group_offset(group, topic, queue_id, params.policy, params.timestamp_ms)
+        offset = max(store.min_offset(topic, queue_id), min(offset, store.max_offset(topic, queue_id)))
         broker.commit_offset(group, topic, queue_id, offset)
         return offset
-    store = broker.store
     if params.policy is ConsumeFromWhere.LAST_OFFSET:
         return store.max_offset(topic, queue_id)
     if params.policy is ConsumeFromWhere.FIRST_OFFSET:
