@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from app.store.atomic_file import write_atomically
-from app.store.errors import DiskFullError, StoreConfigError
+from app.store.errors import NO_SPACE, DiskFullError, StoreConfigError
 from app.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -365,8 +365,10 @@ class ConsumerOffsetManager:
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fsync(fd)
-            except OSError:
+            except OSError as error:
                 os.ftruncate(fd, size)
+                if error.errno in NO_SPACE:
+                    raise DiskFullError(f"no room on the disk to append to {self.log_path}") from error
                 raise
             self._log_bytes = size + len(data)
         finally:
