@@ -40,6 +40,9 @@ def test_create_topic_answers_or_raises(admin: Admin) -> None:
 
 def test_walk_groups(admin: Admin) -> None:
     admin.create_topic("grouped", queues=1)
+    # A commit must lie within the queue's offsets: give it 7 messages to commit.
+    batch = {"messages": [{"body": f"m{index}"} for index in range(7)]}
+    assert admin.http.post("/v1/topics/grouped/messages", json=batch).status_code == 200
     for index in range(7):
         offsets = {"offsets": [{"topic": "grouped", "queue_id": 0, "offset": index}]}
         assert admin.http.put(f"/v1/groups/g{index}/offsets", json=offsets).status_code == 200
