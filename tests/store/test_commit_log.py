@@ -376,3 +376,29 @@ def test_the_arrival_listener_hears_the_next_queue_offset_and_tag_code(make_stor
         ("orders", 2, 1, 0),
         ("orders", 0, 2, tags_hash("TagB")),
     ]
+
+
+class _SteppingTime:
+    """Stands in for the CommitLog's ``time`` module: each append is stored one second later."""
+
+    def __init__(self) -> None:
+        self.now_s = 1_700_000_000.0
+
+    def time(self) -> float:
+        self.now_s += 1.0
+        return self.now_s
+
+
+@pytest.mark.parametrize("since", [0, 1, 17, 39, 40])
+def test_records_since_starts_at_the_first_record_stored_at_or_after_the_time(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, since: int
+) -> None:
+    from app.store import commit_log as commit_log_module
+
+    monkeypatch.setattr(commit_log_module, "time", _SteppingTime())
+    store = make_store()
+    results = [store.append([message(body=b"m%03d" % n * 40)])[0] for n in range(40)]
+    assert len(segment_files(store)) >= 3  # the hop crosses segments and their blank fillers
+    timestamp = results[since].store_timestamp if since < len(results) else results[-1].store_timestamp + 1
+    found = [offset for offset, _ in store.commitlog.records_since(timestamp)]
+    assert found == [r.physical_offset for r in results[since:]]
