@@ -149,11 +149,14 @@ class ConsumeQueue:
                     break
                 leading = False
                 valid = position
-                self.max_physical_end = physical_offset + size
             end = mapped.file_from_offset + valid
             if valid < file_size - file_size % UNIT_SIZE or valid == 0:
                 break
         self.files.set_end(end)
+        # The walk may have found nothing (it started at a segment whose content was lost): the end
+        # of the last entry is read from the entry itself.
+        last = self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
+        self.max_physical_end = last[0] + last[1] if last is not None and last[1] > 0 else 0
 
     def truncate_after(self, physical_end: int) -> None:
         """Drop entries that point at or past CommitLog offset ``physical_end``."""

@@ -178,7 +178,7 @@ def zero_from(store_dir: Path, physical_offset: int) -> None:
     """Zero the log from ``physical_offset`` to the end of its segment and delete every later segment."""
     write_at(store_dir, physical_offset, bytes(FILE_SIZE - physical_offset % FILE_SIZE))
     for path in (store_dir / "commitlog").iterdir():
-        if int(path.name) > physical_offset:
+        if int(path.name.split(".")[0]) > physical_offset:  # a spare allocated ahead goes too
             path.unlink()
 
 
@@ -521,6 +521,32 @@ def test_a_consume_queue_segment_whose_content_never_reached_the_disk_is_rebuilt
     recovered = open_store(image)
     assert_holds_exactly(recovered, written)
     assert_appends_continue(recovered, written, start=len(written))
+
+
+def test_entries_past_the_end_after_segments_whose_content_was_lost_are_cut(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+) -> None:
+    """Queue segments lost their content (zeros), a later one reached the disk with entries that
+    point past the end of a log that lost its tail: the walk finds no entry where it starts, and
+    the end of the queue's last entry must still be known to cut what points past the log."""
+    store = open_store(store_dir)
+    written = fill_segments(store, 14)
+    image = crash_image(store, tmp_path / "image")
+    store.close()
+    segments = cq_segments(image, TOPIC, 0)
+    # The log ends inside what the last full segment before the lost ones points at.
+    mine = [w for w in written if w.message.queue_id == 0]
+    cut_at = mine[int(segments[-4].name) // UNIT.size + CQ_ENTRIES // 2].result.physical_offset
+    for segment in segments[-3:-1]:
+        segment.write_bytes(bytes(CQ_ENTRIES * UNIT.size))
+    zero_from(image, cut_at)
+    Checkpoint(image / "checkpoint").path.unlink(missing_ok=True)
+
+    recovered = open_store(image)
+    survivors = [w for w in written if w.result.end_offset <= cut_at]
+    assert recovered.commitlog.max_offset == cut_at
+    assert_holds_exactly(recovered, survivors)
+    assert_appends_continue(recovered, survivors, start=len(written))
 
 
 # -- 3. ConsumeQueues that run past the end of the log ---------------------------------------------
