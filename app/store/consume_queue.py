@@ -8,19 +8,32 @@ Entry ``n`` (the message at queue offset ``n``) lives at byte ``n * 20`` of the 
 
 Only the dispatcher writes a ConsumeQueue, and only from records already in the CommitLog, so
 recovery can always rebuild it.
+
+Segments are mapped on demand through the store's :class:`~app.store.file_cache.SegmentCache`:
+every access holds the segment, and a write batch holds the segments its entries go to from before
+the CommitLog append until after dispatch (:meth:`ConsumeQueue.prepare`), so that dispatching never
+opens a file. Recovery reads a queue's end with ``pread``: a start maps no queue.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from app.store.mapped_file import MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from app.store.file_cache import SegmentCache
 
 UNIT = struct.Struct(">qiq")  # CommitLog offset | size | tag hash
 assert UNIT.size == 20
 UNIT_SIZE = UNIT.size
+# Recovery reads a segment in chunks of whole entries.
+READ_CHUNK = (64 * 1024 // UNIT_SIZE) * UNIT_SIZE
 
 
 class ConsumeQueue:
@@ -34,8 +47,10 @@ class ConsumeQueue:
         self.max_physical_end = 0
 
     @classmethod
-    def open(cls, root: Path, topic: str, queue_id: int, file_entries: int) -> ConsumeQueue:
-        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE)
+    def open(
+        cls, root: Path, topic: str, queue_id: int, file_entries: int, cache: SegmentCache | None = None
+    ) -> ConsumeQueue:
+        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE, cache)
         return cls(topic, queue_id, files)
 
     @property
@@ -71,15 +86,26 @@ class ConsumeQueue:
         elif mapped.is_full:
             mapped = files.new_file()
         local = position - mapped.file_from_offset
-        UNIT.pack_into(mapped.mm, local, physical_offset, size, tags_code)
+        if not mapped.hold():  # mapped already when the batch prepared it
+            return False
+        try:
+            UNIT.pack_into(mapped.mm, local, physical_offset, size, tags_code)
+        finally:
+            mapped.release()
         mapped.wrote_position = local + UNIT_SIZE
         self.max_physical_end = physical_offset + size
         return True
 
-    def prepare(self, queue_offset: int, count: int) -> None:
+    def prepare(self, queue_offset: int, count: int, held: list[MappedFile]) -> None:
         """Allocate now every segment the entries ``queue_offset`` to ``queue_offset + count - 1``
-        will go to, so that :meth:`put` never has to: DiskFullError when one does not fit."""
-        self.files.prepare_range(queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE)
+        will go to, and hold each (appended to ``held``, for the caller to release after dispatch),
+        so that :meth:`put` never has to open or map one: DiskFullError when one does not fit,
+        ResourceExhaustedError when one cannot be opened or mapped."""
+        start, end = queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE
+        self.files.prepare_range(start, end)
+        for mapped in self.files.segments_for(start, end):
+            if mapped.hold():
+                held.append(mapped)
 
     def entries(self, queue_offset: int, max_count: int) -> memoryview | None:
         """Up to ``max_count`` raw entries from ``queue_offset``, within one segment, without copying."""
@@ -117,27 +143,27 @@ class ConsumeQueue:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def recover(self) -> None:
-        """Find the last valid entry, walking from the third-last segment; cut what follows it."""
+    def recover(self, clean: bool = True) -> None:
+        """Find the last valid entry, reading from the third-last segment on; cut what follows it.
+
+        Reads with ``pread`` and maps nothing. After a stop that was not clean, entries left past
+        the first invalid one (a power loss can lose a page in the middle of the last writes) are
+        zeroed up to the first whole chunk of zeros, so that later writes cannot join up with them.
+        """
         files = self.files.files
         if not files:
             return
-        file_size = self.files.file_size
+        usable = self.files.file_size - self.files.file_size % UNIT_SIZE
         start_index = max(0, len(files) - 3)
         end = files[start_index].file_from_offset
         for mapped in files[start_index:]:
-            valid = 0
-            for physical_offset, size, _ in UNIT.iter_unpack(
-                mapped.view[: file_size - file_size % UNIT_SIZE]
-            ):
-                if physical_offset < 0 or size <= 0:
-                    break
-                valid += UNIT_SIZE
-                self.max_physical_end = physical_offset + size
+            valid, physical_end = _read_valid_prefix(mapped.path, usable, not clean)
+            if physical_end:
+                self.max_physical_end = physical_end
             end = mapped.file_from_offset + valid
-            if valid < file_size:
+            if valid < usable:
                 break
-        self.files.set_end(end)
+        self.files.set_end(end, zero_tail=False)
 
     def truncate_after(self, physical_end: int) -> None:
         """Drop entries that point at or past CommitLog offset ``physical_end``."""
@@ -182,3 +208,40 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.files.close()
+
+
+def _read_valid_prefix(path: Path, usable: int, zero_stale: bool) -> tuple[int, int]:
+    """(bytes of valid entries from the segment's start, CommitLog end of the last of them, or 0).
+    ``zero_stale``: zero the entries that follow the first invalid one, up to a chunk of zeros."""
+    valid = physical_end = 0
+    fd = os.open(path, os.O_RDWR if zero_stale else os.O_RDONLY)
+    try:
+        while valid < usable:
+            chunk = os.pread(fd, min(READ_CHUNK, usable - valid), valid)
+            if not chunk:
+                break
+            stop = -1
+            for index, (physical_offset, size, _) in enumerate(UNIT.iter_unpack(chunk)):
+                if physical_offset < 0 or size <= 0:
+                    stop = index * UNIT_SIZE
+                    break
+                physical_end = physical_offset + size
+            if stop < 0:
+                valid += len(chunk)
+                continue
+            valid += stop
+            if zero_stale:
+                _zero_stale(fd, valid, usable)
+            break
+    finally:
+        os.close(fd)
+    return valid, physical_end
+
+
+def _zero_stale(fd: int, position: int, usable: int) -> None:
+    while position < usable:
+        chunk = os.pread(fd, min(READ_CHUNK, usable - position), position)
+        if not chunk or chunk.count(0) == len(chunk):
+            return
+        os.pwrite(fd, bytes(len(chunk)), position)
+        position += len(chunk)
