@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     flush_mode: FlushMode = FlushMode.ASYNC
     commitlog_file_size: int = Field(1024 * 1024 * 1024, ge=4096)
     consumequeue_file_entries: int = Field(300_000, ge=1)
+    max_mapped_segments: int = Field(0, ge=0)
     max_message_size: int = Field(4 * 1024 * 1024, ge=1)
     max_topic_length: int = Field(127, ge=1, le=255)
     max_properties_size: int = Field(32_767, ge=0, le=32_767)
@@ -111,6 +112,7 @@ class Settings(BaseSettings):
             flush_mode=self.flush_mode,
             commitlog_file_size=self.commitlog_file_size,
             consumequeue_file_entries=self.consumequeue_file_entries,
+            max_mapped_segments=self.max_mapped_segments,
             max_message_size=self.max_message_size,
             max_topic_length=self.max_topic_length,
             max_properties_size=self.max_properties_size,

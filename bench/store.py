@@ -417,7 +417,7 @@ def run_producers(
                     result = store.append(batch)[0]
                     segment = store.commitlog.files.find(result.physical_offset)
                     assert segment is not None
-                    os.fdatasync(segment.fd)
+                    segment.sync()
                 else:
                     result = store.put(batch)[0]
                 mine.append(clock() - started)

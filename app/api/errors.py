@@ -59,6 +59,7 @@ class ErrorCode(enum.IntEnum):
     NOT_READY = 50301
     STORE_CLOSED = 50302
     REGISTRY_UNAVAILABLE = 50303
+    RESOURCES_EXHAUSTED = 50304
     DISK_FULL = 50701
 
     @property
@@ -107,6 +108,9 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.STORE_CLOSED: "The store is closed.",
     ErrorCode.REGISTRY_UNAVAILABLE: "The route registry's database cannot be reached: routes, clusters, topic "
     "creation and deletion, and unknown topics wait for it; produce and pull on this broker's topics go on.",
+    ErrorCode.RESOURCES_EXHAUSTED: (
+        "The broker is out of open files or memory mappings: nothing of the request was stored; retry later."
+    ),
     ErrorCode.DISK_FULL: (
         "The store's disk is over its refuse-writes ratio or has no room for a new segment: nothing of "
         "the request was stored; writes are accepted again once space returns, reads keep working."
@@ -140,6 +144,7 @@ STORE_ERRORS: list[tuple[type[Exception], ErrorCode]] = [
     (store_errors.InvalidQueueError, ErrorCode.INVALID_QUEUE),
     (store_errors.MessageRejectedError, ErrorCode.INVALID_PROPERTY),
     (store_errors.DiskFullError, ErrorCode.DISK_FULL),
+    (store_errors.ResourceExhaustedError, ErrorCode.RESOURCES_EXHAUSTED),
     (store_errors.StoreClosedError, ErrorCode.STORE_CLOSED),
     (store_errors.CorruptRecordError, ErrorCode.INTERNAL_ERROR),
     (store_errors.StoreConfigError, ErrorCode.INTERNAL_ERROR),

@@ -34,6 +34,9 @@ class StoreConfig:
     flush_interval_consumequeue_ms: int = 1_000
     flush_consumequeue_least_pages: int = 2
     flush_consumequeue_thorough_interval_ms: int = 60_000
+    # ConsumeQueue segments mapped at once, over all queues; 0: from the open-file and mapping
+    # limits at start (see app/store/file_cache.py).
+    max_mapped_segments: int = 0
     # Reading.
     max_scan_bytes_per_pull: int = 16_000
     max_transfer_bytes_per_pull: int = 4 * 1024 * 1024

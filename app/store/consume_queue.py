@@ -8,19 +8,32 @@ Entry ``n`` (the message at queue offset ``n``) lives at byte ``n * 20`` of the 
 
 Only the dispatcher writes a ConsumeQueue, and only from records already in the CommitLog, so
 recovery can always rebuild it.
+
+Segments are mapped on demand through the store's :class:`~app.store.file_cache.SegmentCache`:
+every access holds the segment, and a write batch holds the segments its entries go to from before
+the CommitLog append until after dispatch (:meth:`ConsumeQueue.prepare`), so that dispatching never
+opens a file. Recovery reads a queue's end with ``pread``: a start maps no queue.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from app.store.mapped_file import MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from app.store.file_cache import SegmentCache
 
 UNIT = struct.Struct(">qiq")  # CommitLog offset | size | tag hash
 assert UNIT.size == 20
 UNIT_SIZE = UNIT.size
+# Recovery reads a segment in chunks of whole entries.
+READ_CHUNK = (64 * 1024 // UNIT_SIZE) * UNIT_SIZE
 
 
 class ConsumeQueue:
@@ -34,8 +47,10 @@ class ConsumeQueue:
         self.max_physical_end = 0
 
     @classmethod
-    def open(cls, root: Path, topic: str, queue_id: int, file_entries: int) -> ConsumeQueue:
-        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE)
+    def open(
+        cls, root: Path, topic: str, queue_id: int, file_entries: int, cache: SegmentCache | None = None
+    ) -> ConsumeQueue:
+        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE, cache)
         return cls(topic, queue_id, files)
 
     @property
@@ -71,15 +86,26 @@ class ConsumeQueue:
         elif mapped.is_full:
             mapped = files.new_file()
         local = position - mapped.file_from_offset
-        UNIT.pack_into(mapped.mm, local, physical_offset, size, tags_code)
+        if not mapped.hold():  # mapped already when the batch prepared it
+            return False
+        try:
+            UNIT.pack_into(mapped.mm, local, physical_offset, size, tags_code)
+        finally:
+            mapped.release()
         mapped.wrote_position = local + UNIT_SIZE
         self.max_physical_end = physical_offset + size
         return True
 
-    def prepare(self, queue_offset: int, count: int) -> None:
+    def prepare(self, queue_offset: int, count: int, held: list[MappedFile]) -> None:
         """Allocate now every segment the entries ``queue_offset`` to ``queue_offset + count - 1``
-        will go to, so that :meth:`put` never has to: DiskFullError when one does not fit."""
-        self.files.prepare_range(queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE)
+        will go to, and hold each (appended to ``held``, for the caller to release after dispatch),
+        so that :meth:`put` never has to open or map one: DiskFullError when one does not fit,
+        ResourceExhaustedError when one cannot be opened or mapped."""
+        start, end = queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE
+        self.files.prepare_range(start, end)
+        for mapped in self.files.segments_for(start, end):
+            if mapped.hold():
+                held.append(mapped)
 
     def entries(self, queue_offset: int, max_count: int) -> memoryview | None:
         """Up to ``max_count`` raw entries from ``queue_offset``, within one segment, without copying."""
@@ -117,46 +143,45 @@ class ConsumeQueue:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def recover(self) -> None:
+    def recover(self, clean: bool = True) -> None:
         """Find the last valid entry and cut what follows it.
 
         The walk starts at the first segment whose last slot is empty (a segment being filled, or
         one whose name reached the disk before its content did), and no later than the third-last
         segment; the segments before it are full. Empty slots at the start of the first segment
         are kept: a queue that began at a later offset starts there.
+
+        Reads with ``pread`` and maps nothing. After a stop that was not clean, entries left past
+        the first invalid one (a power loss can lose a page in the middle of the last writes) are
+        zeroed up to the first whole chunk of zeros, so that later writes cannot join up with them.
         """
         files = self.files.files
         if not files:
             return
-        file_size = self.files.file_size
-        usable = file_size - file_size % UNIT_SIZE
-        last_slot = usable - UNIT_SIZE
+        usable = self.files.file_size - self.files.file_size % UNIT_SIZE
         start_index = max(0, len(files) - 3)
         for index, mapped in enumerate(files[:start_index]):
-            if UNIT.unpack_from(mapped.view, last_slot)[1] <= 0:
+            slot = _read_slot(mapped.path, usable - UNIT_SIZE)
+            if slot is None or slot[1] <= 0:
                 start_index = index
                 break
         end = files[start_index].file_from_offset
         for index in range(start_index, len(files)):
             mapped = files[index]
-            leading = index == 0
-            position = valid = 0
-            for physical_offset, size, _ in UNIT.iter_unpack(mapped.view[:usable]):
-                position += UNIT_SIZE
-                if physical_offset < 0 or size <= 0:
-                    if leading:
-                        continue
-                    break
-                leading = False
-                valid = position
+            valid = _read_valid_prefix(mapped.path, usable, not clean, skip_leading=index == 0)
             end = mapped.file_from_offset + valid
-            if valid < file_size - file_size % UNIT_SIZE or valid == 0:
+            if valid < usable:
                 break
-        self.files.set_end(end)
-        # The walk may have found nothing (it started at a segment whose content was lost): the end
-        # of the last entry is read from the entry itself.
-        last = self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
-        self.max_physical_end = last[0] + last[1] if last is not None and last[1] > 0 else 0
+        self.files.set_end(end, zero_tail=False)
+        # The end of the last entry, read from the entry itself: the walk may have found none (it
+        # started at a segment whose content was lost).
+        self.max_physical_end = 0
+        if self.max_offset > self.min_offset:
+            position = (self.max_offset - 1) * UNIT_SIZE
+            last = self.files.find(position)
+            slot = _read_slot(last.path, position - last.file_from_offset) if last is not None else None
+            if slot is not None and slot[1] > 0:
+                self.max_physical_end = slot[0] + slot[1]
 
     def truncate_after(self, physical_end: int) -> None:
         """Drop entries that point at or past CommitLog offset ``physical_end``."""
@@ -201,3 +226,48 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.files.close()
+
+
+def _read_slot(path: Path, position: int) -> tuple[int, int, int] | None:
+    """The entry at byte ``position`` of a segment file, read without mapping it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        raw = os.pread(fd, UNIT_SIZE, position)
+    finally:
+        os.close(fd)
+    return UNIT.unpack(raw) if len(raw) == UNIT_SIZE else None
+
+
+def _read_valid_prefix(path: Path, usable: int, zero_stale: bool, skip_leading: bool) -> int:
+    """Bytes from the segment's start to the end of its last valid entry before the first invalid
+    one (empty slots before the first entry are skipped with ``skip_leading``). ``zero_stale``:
+    zero the entries that follow the first invalid one, up to a chunk of zeros."""
+    valid = position = 0
+    fd = os.open(path, os.O_RDWR if zero_stale else os.O_RDONLY)
+    try:
+        while position < usable:
+            chunk = os.pread(fd, min(READ_CHUNK, usable - position), position)
+            if not chunk:
+                return valid
+            for index, (physical_offset, size, _) in enumerate(UNIT.iter_unpack(chunk)):
+                if physical_offset < 0 or size <= 0:
+                    if skip_leading:
+                        continue
+                    if zero_stale:
+                        _zero_stale(fd, position + index * UNIT_SIZE, usable)
+                    return valid
+                skip_leading = False
+                valid = position + (index + 1) * UNIT_SIZE
+            position += len(chunk)
+    finally:
+        os.close(fd)
+    return valid
+
+
+def _zero_stale(fd: int, position: int, usable: int) -> None:
+    while position < usable:
+        chunk = os.pread(fd, min(READ_CHUNK, usable - position), position)
+        if not chunk or chunk.count(0) == len(chunk):
+            return
+        os.pwrite(fd, bytes(len(chunk)), position)
+        position += len(chunk)

@@ -12,6 +12,7 @@ Exception tree::
     │   └── InvalidQueueError
     ├── CorruptRecordError            bytes on disk that are not a valid record
     ├── DiskFullError                 writes refused until the disk has room again
+    ├── ResourceExhaustedError        out of file descriptors or mappings; nothing was stored
     ├── StoreClosedError              the store is not open
     ├── StoreConfigError              files on disk disagree with the configuration
     └── StoreLockedError              another process has the store directory open
@@ -24,6 +25,9 @@ import errno
 # errno values of a write or an allocation that mean DiskFullError: no room on the disk, or in the
 # user's quota.
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+# errno values of an open or a mapping that mean ResourceExhaustedError: the process or the system
+# is out of file descriptors, or of mappings (ENOMEM from mmap past vm.max_map_count).
+NO_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 class StoreError(Exception):
@@ -61,6 +65,11 @@ class CorruptRecordError(StoreError):
 class DiskFullError(StoreError):
     """The store's disk is over the refuse-writes ratio, or has no room for a new file; nothing of
     the refused write was stored, and reads keep working."""
+
+
+class ResourceExhaustedError(StoreError):
+    """A file could not be opened or mapped: the process is out of file descriptors or of
+    mappings. A write refused for it stored nothing; it can be retried."""
 
 
 class StoreClosedError(StoreError):

@@ -19,7 +19,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 
 from app.store.checkpoint import Checkpoint
@@ -204,14 +204,36 @@ class AsyncFlushService(ServiceThread):
         self.flusher.flush_all()
 
 
+class DirtyQueues:
+    """The ConsumeQueues written since they were last flushed whole: the flush visits only these,
+    not every queue the store has."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: set[MappedFileQueue] = set()
+
+    def mark(self, files: MappedFileQueue) -> None:
+        with self._lock:
+            self._queues.add(files)
+
+    def take(self) -> list[MappedFileQueue]:
+        """Every dirty queue; they are clean from here on until marked again."""
+        with self._lock:
+            queues, self._queues = self._queues, set()
+        return list(queues)
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+
 class ConsumeQueueFlushService(ServiceThread):
-    """Flushes every ConsumeQueue, then the checkpoint that says how far they are on disk."""
+    """Flushes the dirty ConsumeQueues, then the checkpoint that says how far they are on disk."""
 
     name = "consumequeue-flush"
 
     def __init__(
         self,
-        queues: Callable[[], Iterable[MappedFileQueue]],
+        dirty: DirtyQueues,
         checkpoint: Checkpoint,
         interval_ms: int,
         least_pages: int,
@@ -219,7 +241,7 @@ class ConsumeQueueFlushService(ServiceThread):
         before_checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(interval_ms / 1000)
-        self.queues = queues
+        self.dirty = dirty
         self.checkpoint = checkpoint
         self.least_pages = least_pages
         self.thorough_ms = thorough_ms
@@ -231,13 +253,23 @@ class ConsumeQueueFlushService(ServiceThread):
         self.covered_offset: Callable[[], int] = lambda: 0
 
     def flush_all(self, least_pages: int) -> None:
+        # Read before the dirty queues are taken: every entry below these is in a queue taken now.
         covered = self.covered_timestamp()
         covered_offset = self.covered_offset()
-        for files in list(self.queues()):
-            if least_pages == 0:
-                files.flush_all()
-            else:
-                files.flush(least_pages)
+        queues = self.dirty.take()
+        try:
+            while queues:
+                files = queues[-1]
+                if least_pages == 0:
+                    files.flush_all()
+                else:
+                    files.flush(least_pages)
+                queues.pop()
+                if files.flushed_where < files.max_offset:
+                    self.dirty.mark(files)  # left for a later pass
+        finally:
+            for files in queues:  # a flush failed: the rest stays dirty
+                self.dirty.mark(files)
         if least_pages == 0 and covered:
             self.checkpoint.consumequeue_timestamp = max(self.checkpoint.consumequeue_timestamp, covered)
         if least_pages == 0:

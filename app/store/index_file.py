@@ -26,7 +26,6 @@ describes a state that was forced to disk completely; recovery compares it with 
 from __future__ import annotations
 
 import calendar
-import os
 import struct
 import sys
 import time
@@ -262,7 +261,7 @@ class IndexFile:
             self.used_slots,
             self.next_entry,
         )
-        os.fdatasync(self.mapped.fd)
+        self.mapped.sync()
 
     # -- reading (any thread) --------------------------------------------------------------------
 

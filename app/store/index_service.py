@@ -152,8 +152,6 @@ class IndexService(ServiceThread):
                 keep, reason = keep - 1, "written after its last flush, and not repairable"
         self.files = files[:keep]
         self.dropped_files = self._drop(files[keep:], reason)
-        if self.files:
-            self.files[-1].mapped.allocate_holes()
         return self.dropped_files
 
     def trim(self, log_end: int) -> list[str]:

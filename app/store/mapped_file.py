@@ -14,6 +14,17 @@ A new segment has all its disk blocks allocated before it is mapped (:func:`allo
 through a mapping onto a page the file system cannot back raises SIGBUS and kills the process,
 whereas an allocation that finds no room raises :class:`DiskFullError` when the segment is created,
 where the caller can refuse the write cleanly.
+
+A mapping holds one file descriptor: the file is opened, mapped and closed again, and the
+mapping keeps the duplicate ``mmap`` makes of it. :meth:`MappedFile.flush` opens the file for the
+time of one ``fdatasync`` (the page cache is the file's, whichever descriptor names it), which
+flushes the pages written through the mapping and, unlike ``mmap.flush``, releases the GIL.
+
+A segment given a :class:`~app.store.file_cache.SegmentCache` is mapped on demand: it starts
+unmapped (:meth:`MappedFile.lazy`), :meth:`MappedFile.hold` maps it through the cache, and the cache
+unmaps it again once it is the least recently used one nobody holds. An unmapped segment's
+``mm`` and ``view`` are closed placeholders: using them raises ValueError, which readers already
+treat as "the segment is gone".
 """
 
 from __future__ import annotations
@@ -24,8 +35,12 @@ import logging
 import mmap
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.store.errors import NO_SPACE, DiskFullError, StoreConfigError
+from app.store.errors import NO_RESOURCES, NO_SPACE, DiskFullError, ResourceExhaustedError, StoreConfigError
+
+if TYPE_CHECKING:
+    from app.store.file_cache import SegmentCache
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +50,12 @@ BLOCK_SIZE = 512  # the unit of st_blocks
 ZERO_CHUNK = 1 << 20
 # posix_fallocate is not supported here: fall back to writing zeros.
 NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
+
+# What an unmapped segment's ``mm`` and ``view`` are: any use raises ValueError.
+CLOSED_MAP = mmap.mmap(-1, PAGE_SIZE)
+CLOSED_MAP.close()
+RELEASED_VIEW = memoryview(b"")
+RELEASED_VIEW.release()
 
 
 def allocate(fd: int, size: int, path: Path) -> None:
@@ -67,9 +88,9 @@ class MappedFile:
         "path",
         "file_size",
         "file_from_offset",
-        "fd",
         "mm",
         "view",
+        "cache",
         "wrote_position",
         "flushed_position",
         "last_store_timestamp",
@@ -81,30 +102,17 @@ class MappedFile:
         "_closed",
     )
 
-    def __init__(self, path: Path, file_size: int) -> None:
+    def __init__(
+        self, path: Path, file_size: int, cache: SegmentCache | None = None, *, lazy: bool = False
+    ) -> None:
+        """Open (or create and allocate) the segment at ``path`` and map it; ``lazy``: only
+        describe it, it is mapped by the first :meth:`hold` (which needs a ``cache``)."""
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name.partition(".")[0])
-        existed = path.exists()
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            actual = os.fstat(self.fd).st_size
-            # An empty file is a segment whose creation a crash cut short: allocate it now.
-            if existed and actual not in (0, file_size):
-                raise StoreConfigError(
-                    f"{path} is {actual} bytes but segments are configured as {file_size} bytes"
-                )
-            if not existed or actual == 0:
-                allocate(self.fd, file_size, path)
-            self.mm = mmap.mmap(self.fd, file_size)
-        except BaseException:
-            os.close(self.fd)
-            if not existed or actual == 0:
-                # Holds nothing yet: a file left half-allocated would only take room.
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-            raise
-        self.view = memoryview(self.mm)
+        self.mm = CLOSED_MAP
+        self.view = RELEASED_VIEW
+        self.cache = cache
         self.wrote_position = 0
         self.flushed_position = 0
         self.last_store_timestamp = 0
@@ -116,12 +124,76 @@ class MappedFile:
         # which makes this a lock-free reference count.
         self._holders: list[None] = []
         self._closed = False
+        if not lazy:
+            self.map(create=True)
+            if cache is not None:
+                cache.add(self)
 
     @classmethod
-    def create(cls, directory: Path, offset: int, file_size: int, suffix: str = "") -> MappedFile:
+    def lazy(cls, path: Path, file_size: int, cache: SegmentCache) -> MappedFile:
+        """A segment known by name only: nothing is opened or mapped until it is held."""
+        return cls(path, file_size, cache, lazy=True)
+
+    @property
+    def is_mapped(self) -> bool:
+        return self.mm is not CLOSED_MAP
+
+    def map(self, create: bool = False) -> None:
+        """Open and map the file, keeping one descriptor (the mapping's own); ``create``: create and
+        allocate it if it is missing or empty. ResourceExhaustedError when the process is out of
+        descriptors or mappings, DiskFullError when an allocation does not fit."""
+        path, file_size = self.path, self.file_size
+        existed = path.exists() if create else True
+        actual = -1
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except OSError as error:
+            raise _translated(error, path) from error
+        try:
+            stat = os.fstat(fd)
+            actual = stat.st_size
+            # An empty file is a segment whose creation a crash cut short: allocate it now.
+            if existed and actual not in (0, file_size):
+                raise StoreConfigError(
+                    f"{path} is {actual} bytes but segments are configured as {file_size} bytes"
+                )
+            if not existed or actual == 0:
+                allocate(fd, file_size, path)
+            elif stat.st_blocks * BLOCK_SIZE < file_size:
+                _allocate_holes(fd, file_size, path)
+            try:
+                mm = mmap.mmap(fd, file_size)
+            except OSError as error:
+                raise _translated(error, path) from error
+        except BaseException:
+            if create and (not existed or actual == 0):
+                # Holds nothing yet: a file left half-allocated would only take room.
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            raise
+        finally:
+            os.close(fd)  # the mapping keeps its own duplicate
+        self.mm = mm
+        self.view = memoryview(mm)
+
+    def unmap(self) -> None:
+        """Drop the mapping and its descriptor. A reader still holding a slice keeps the pages
+        mapped until it lets go of the slice (Python closes the mapping then)."""
+        if not self.is_mapped:
+            return
+        view, mm = self.view, self.mm
+        self.view, self.mm = RELEASED_VIEW, CLOSED_MAP
+        view.release()
+        with contextlib.suppress(BufferError):
+            mm.close()
+
+    @classmethod
+    def create(
+        cls, directory: Path, offset: int, file_size: int, suffix: str = "", cache: SegmentCache | None = None
+    ) -> MappedFile:
         """A new segment, allocated; ``suffix`` names a spare until :meth:`rename` drops it."""
         new_directories = _make_directories(directory)
-        mapped = cls(directory / (segment_name(offset) + suffix), file_size)
+        mapped = cls(directory / (segment_name(offset) + suffix), file_size, cache)
         # The new name reaches the disk with the segment's first flush, off the append path; so do
         # the names of the directories made for it (a new ConsumeQueue's topic and queue directory).
         mapped.directory_synced = False
@@ -159,9 +231,18 @@ class MappedFile:
                     _fsync_dir(directory.parent)
                 _fsync_dir(self.path.parent)
                 self.directory_synced = True
-            os.fdatasync(self.fd)
+            with contextlib.suppress(FileNotFoundError):  # deleted meanwhile: nothing to keep
+                self.sync()
             self.flushed_position = wrote
         return self.flushed_position
+
+    def sync(self) -> None:
+        """``fdatasync`` the file through a descriptor opened for that call only."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     def slice(self, position: int, size: int) -> memoryview:
         return self.view[position : position + size]
@@ -182,15 +263,6 @@ class MappedFile:
                 view[start:end] = zeros[: end - start]
             start = end
 
-    def allocate_holes(self) -> None:
-        """Allocate the holes of a sparse file (one written by an older version) that is still
-        being written to. A start on a full disk must not fail: a failure is only logged."""
-        try:
-            if os.fstat(self.fd).st_blocks * BLOCK_SIZE < self.file_size:
-                os.posix_fallocate(self.fd, 0, self.file_size)
-        except OSError as error:
-            log.warning("%s stays sparse (%s): writes into it may fault if the disk fills", self.path, error)
-
     def last_modified_ms(self) -> int:
         """The file's modification time in ms (0 if it is gone): what retention ages a segment by."""
         try:
@@ -201,7 +273,11 @@ class MappedFile:
     # -- reference counting ----------------------------------------------------------------------
 
     def hold(self) -> bool:
-        """Take a reference for a reader; False once destruction has begun (the data is going)."""
+        """Take a reference for a reader (the segment stays mapped until :meth:`release`); False once
+        destruction has begun (the data is going). A cached segment is mapped now if it is not:
+        ResourceExhaustedError when that fails for want of descriptors or mappings."""
+        if self.cache is not None:
+            return self.cache.hold(self)
         if not self.available:
             return False
         self._holders.append(None)
@@ -234,16 +310,22 @@ class MappedFile:
         self.destroy()
         return True
 
+    def take_holder(self) -> None:
+        """Count a reader; the cache calls it under its lock, once the segment is mapped."""
+        self._holders.append(None)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         if self._closed:
             return
+        if self.cache is not None:
+            self.cache.forget(self)
         self._closed = True
         self.available = False
-        self.view.release()
-        # A reader still holding a slice keeps the mapping until it lets go of the slice.
-        with contextlib.suppress(BufferError):
-            self.mm.close()
-        os.close(self.fd)
+        self.unmap()
 
     def destroy(self) -> None:
         self.close()
@@ -263,6 +345,21 @@ def _make_directories(directory: Path) -> tuple[Path, ...]:
         current = current.parent
     directory.mkdir(parents=True, exist_ok=True)
     return tuple(reversed(missing))
+
+
+def _allocate_holes(fd: int, file_size: int, path: Path) -> None:
+    """Allocate the holes of a sparse file (one written by an older version). A start on a full
+    disk must not fail: a failure is only logged."""
+    try:
+        os.posix_fallocate(fd, 0, file_size)
+    except OSError as error:
+        log.warning("%s stays sparse (%s): writes into it may fault if the disk fills", path, error)
+
+
+def _translated(error: OSError, path: Path) -> OSError | ResourceExhaustedError:
+    if error.errno in NO_RESOURCES:
+        return ResourceExhaustedError(f"cannot open or map {path}: {error.strerror}")
+    return error
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -9,6 +9,9 @@ a ``.spare`` name, not yet part of the queue (no reader, flusher or recovery see
 :meth:`MappedFileQueue.new_file` takes the next one and renames it. A writer that prepares every
 segment a write needs before writing any of it either writes all of it or, on a full disk, nothing
 (:class:`DiskFullError`). Spares are deleted at close, and at load when a crash left them.
+
+A queue given a :class:`~app.store.file_cache.SegmentCache` (a ConsumeQueue's) maps nothing at load:
+its segments are known by name and mapped when held (see :mod:`app.store.file_cache`).
 """
 
 from __future__ import annotations
@@ -17,17 +20,22 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.store.errors import StoreConfigError
 from app.store.mapped_file import PAGE_SIZE, MappedFile, segment_name
+
+if TYPE_CHECKING:
+    from app.store.file_cache import SegmentCache
 
 SPARE_SUFFIX = ".spare"
 
 
 class MappedFileQueue:
-    def __init__(self, directory: Path, file_size: int) -> None:
+    def __init__(self, directory: Path, file_size: int, cache: SegmentCache | None = None) -> None:
         self.directory = directory
         self.file_size = file_size
+        self.cache = cache
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         # Segments taken off the queue by retention whose deletion waits for their readers.
@@ -43,7 +51,8 @@ class MappedFileQueue:
         self._spares_lock = threading.Lock()
 
     def load(self) -> None:
-        """Map every existing segment; positions are set later by recovery."""
+        """Map every existing segment (with a cache: only name them); positions are set later by
+        recovery."""
         if not self.directory.is_dir():
             return
         for spare in self.directory.glob(f"*{SPARE_SUFFIX}"):
@@ -55,8 +64,18 @@ class MappedFileQueue:
             (self.directory / names.pop()).unlink()
         files: list[MappedFile] = []
         try:
+            cache = self.cache
             for name in names:
-                mapped = MappedFile(self.directory / name, self.file_size)
+                path = self.directory / name
+                if cache is not None:
+                    actual = path.stat().st_size
+                    if actual not in (0, self.file_size):  # as mapping it would find
+                        raise StoreConfigError(
+                            f"{path} is {actual} bytes but segments are configured as {self.file_size} bytes"
+                        )
+                    mapped = MappedFile.lazy(path, self.file_size, cache)
+                else:
+                    mapped = MappedFile(path, self.file_size)
                 files.append(mapped)
                 mapped.wrote_position = mapped.flushed_position = self.file_size
             for previous, current in zip(files, files[1:], strict=False):
@@ -66,8 +85,6 @@ class MappedFileQueue:
             for mapped in files:
                 mapped.close()
             raise
-        if files:
-            files[-1].allocate_holes()
         self.files = files
 
     # -- lookups ---------------------------------------------------------------------------------
@@ -186,10 +203,17 @@ class MappedFileQueue:
             return
         self.prepare(count + -(-(end - covered) // self.file_size), start)
 
+    def segments_for(self, start: int, end: int) -> list[MappedFile]:
+        """The segments, in the queue or prepared, that hold bytes of ``[start, end)``."""
+        with self._spares_lock:
+            candidates = [*self.files[-1:], *self.prepared]
+        size = self.file_size
+        return [m for m in candidates if m.file_from_offset < end and start < m.file_from_offset + size]
+
     def _create(self, start: int, suffix: str) -> MappedFile:
         if self.check_room is not None:
             self.check_room(self.file_size)
-        return MappedFile.create(self.directory, start, self.file_size, suffix)
+        return MappedFile.create(self.directory, start, self.file_size, suffix, self.cache)
 
     def _drop_prepared(self) -> None:
         with self._spares_lock:
@@ -237,10 +261,11 @@ class MappedFileQueue:
 
     # -- recovery and removal -------------------------------------------------------------------
 
-    def truncate(self, offset: int) -> None:
+    def truncate(self, offset: int, zero_tail: bool = True) -> None:
         """Make ``offset`` the end: cut the segment that holds it, delete every later segment.
 
         Later segments go newest first, so a crash part-way leaves a run of segments without a gap.
+        ``zero_tail=False``: the caller made sure the bytes past ``offset`` are zero.
         """
         self._drop_prepared()
         keep = [mapped for mapped in self.files if mapped.file_from_offset <= offset]
@@ -250,14 +275,18 @@ class MappedFileQueue:
             last = keep[-1]
             position = offset - last.file_from_offset
             if position < self.file_size:
-                last.zero_from(position)
+                if zero_tail and last.hold():
+                    try:
+                        last.zero_from(position)
+                    finally:
+                        last.release()
                 last.wrote_position = last.flushed_position = position
         self.files = keep
         self.flushed_where = min(self.flushed_where, offset) if keep else offset
 
-    def set_end(self, offset: int) -> None:
+    def set_end(self, offset: int, zero_tail: bool = True) -> None:
         """After recovery: every segment before ``offset`` is full and flushed, the rest is cut."""
-        self.truncate(offset)
+        self.truncate(offset, zero_tail)
         for mapped in self.files:
             if mapped.file_from_offset + self.file_size <= offset:
                 mapped.wrote_position = mapped.flushed_position = self.file_size

@@ -25,11 +25,18 @@ from app.store.consumer_offsets import ConsumerOffsetManager, OffsetPersistServi
 from app.store.dir_lock import StoreDirectoryLock
 from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
 from app.store.errors import NO_SPACE, DiskFullError, InvalidQueueError, StoreClosedError
+from app.store.file_cache import SegmentCache, max_map_count, raise_nofile_limit, store_file_budget
 from app.store.filter import TagFilter
-from app.store.flush import AsyncFlushService, CommitLogFlusher, ConsumeQueueFlushService, GroupCommitService
+from app.store.flush import (
+    AsyncFlushService,
+    CommitLogFlusher,
+    ConsumeQueueFlushService,
+    DirtyQueues,
+    GroupCommitService,
+)
 from app.store.index_service import IndexService
 from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
-from app.store.mapped_file import _fsync_dir
+from app.store.mapped_file import MappedFile, _fsync_dir
 from app.store.record import (
     FIXED_SIZE,
     MESSAGE_MAGIC,
@@ -91,6 +98,8 @@ class MessageStore:
         self.dir_lock = StoreDirectoryLock(config.store_dir)
         self.checkpoint = Checkpoint(config.checkpoint_path)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # Sized at open, from the limits then in force.
+        self.segment_cache = SegmentCache(max(1, config.max_mapped_segments or 1))
         self._queues_lock = threading.Lock()
         self.commitlog = CommitLog(
             config.commitlog_dir, config.commitlog_file_size, self.store_host, self._dispatch
@@ -99,6 +108,7 @@ class MessageStore:
         self.group_commit: GroupCommitService | None = None
         self.async_flush: AsyncFlushService | None = None
         self.consumequeue_flush: ConsumeQueueFlushService | None = None
+        self.dirty_queues = DirtyQueues()
         self.recovery: RecoveryReport | None = None
         self.index_service: IndexService | None = None
         if config.message_index_enable:
@@ -154,6 +164,7 @@ class MessageStore:
         clean = not config.abort_path.exists()
         try:
             self.commitlog.files.load()
+            self._size_segment_cache()
             self._load_consume_queues()
             self.recovery = recover(
                 self.commitlog,
@@ -172,7 +183,11 @@ class MessageStore:
             raise
         commitlog_min = self.commitlog.min_offset
         for (topic, queue_id), queue in self.consume_queues.items():
-            queue.correct_min_offset(commitlog_min)
+            if commitlog_min > 0 and queue.max_offset > 0:
+                if 0 < queue.max_physical_end <= commitlog_min:
+                    queue.min_logic_offset = queue.max_offset  # all below the log: no search
+                else:
+                    queue.correct_min_offset(commitlog_min)  # maps the queue for the search
             self.commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
         try:
             if self.index_service is not None:
@@ -226,7 +241,7 @@ class MessageStore:
             )
             self.async_flush.start()
         self.consumequeue_flush = ConsumeQueueFlushService(
-            lambda: [queue.files for queue in self._all_queues()],
+            self.dirty_queues,
             self.checkpoint,
             config.flush_interval_consumequeue_ms,
             config.flush_consumequeue_least_pages,
@@ -319,7 +334,12 @@ class MessageStore:
             if not skips_consume_queue(message.sysflag):
                 key = (message.topic, message.queue_id)
                 entries[key] = entries.get(key, 0) + 1
-        results = self.commitlog.append(records, total_size, lambda: self._prepare_queues(entries))
+        held: list[MappedFile] = []
+        try:
+            results = self.commitlog.append(records, total_size, lambda: self._prepare_queues(entries, held))
+        finally:
+            for mapped in held:
+                mapped.release()
         listener = self.on_arrival
         if listener is not None:
             for result, record in zip(results, records, strict=True):
@@ -602,20 +622,37 @@ class MessageStore:
                 queue = self.consume_queues.get((topic, queue_id))
                 if queue is None:
                     queue = ConsumeQueue.open(
-                        self.config.consumequeue_dir, topic, queue_id, self.config.consumequeue_file_entries
+                        self.config.consumequeue_dir,
+                        topic,
+                        queue_id,
+                        self.config.consumequeue_file_entries,
+                        self.segment_cache,
                     )
                     queue.files.check_room = self.disk_guard.check_room
                     self.consume_queues = {**self.consume_queues, (topic, queue_id): queue}
         return queue
 
-    def _prepare_queues(self, entries: dict[tuple[str, int], int]) -> None:
-        """Under the CommitLog lock, before a batch writes anything: allocate the ConsumeQueue
-        segments its entries go to, so that dispatch never allocates one. On a full disk the
-        batch is refused whole (DiskFullError) rather than cut between CommitLog and queues."""
+    def _prepare_queues(self, entries: dict[tuple[str, int], int], held: list[MappedFile]) -> None:
+        """Under the CommitLog lock, before a batch writes anything: allocate and map the
+        ConsumeQueue segments its entries go to and hold them (``held``, released after dispatch),
+        so that dispatch never opens or maps one. On a full disk (DiskFullError) or out of
+        descriptors or mappings (ResourceExhaustedError) the batch is refused whole rather than
+        cut between CommitLog and queues."""
         queue_offsets = self.commitlog.queue_offsets
         for (topic, queue_id), count in entries.items():
             queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
-            queue.prepare(queue_offsets.get((topic, queue_id), 0), count)
+            queue.prepare(queue_offsets.get((topic, queue_id), 0), count, held)
+
+    def _size_segment_cache(self) -> None:
+        """Raise the open-file limit as far as allowed and bound the mapped ConsumeQueue segments
+        by what is left once the CommitLog's segments (and a reserve for index files) are counted."""
+        nofile = raise_nofile_limit()
+        budget = self.config.max_mapped_segments
+        if budget <= 0:
+            fixed = len(self.commitlog.files.files) + 8
+            budget = max(16, store_file_budget(nofile, max_map_count()) - fixed)
+        self.segment_cache.max_mapped = budget
+        log.info("open file limit %d: at most %d ConsumeQueue segments mapped at once", nofile, budget)
 
     def _all_queues(self) -> Iterable[ConsumeQueue]:
         return list(self.consume_queues.values())
@@ -625,7 +662,7 @@ class MessageStore:
         for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
                 queue = self._consume_queue(topic_dir.name, int(queue_dir.name))
-                queue.files.load()
+                queue.files.load()  # names its segments, maps none
         self._drop_deleted_queues()
 
     def _drop_deleted_queues(self) -> None:
@@ -656,7 +693,8 @@ class MessageStore:
         if self.deletions.floors and self.deletions.is_dead(topic, physical_offset):
             return  # recovery walking a record written before its topic was deleted
         queue = self.consume_queues.get((topic, queue_id)) or self._consume_queue(topic, queue_id)
-        queue.put(queue_offset, physical_offset, size, tags_code)
+        if queue.put(queue_offset, physical_offset, size, tags_code):
+            self.dirty_queues.mark(queue.files)
 
     def _forget_clean_end(self) -> None:
         """From here on a crash must not look like a clean stop: clear the clean end before the abort
