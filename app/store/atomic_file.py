@@ -1,4 +1,5 @@
-"""Write a small file so that a crash leaves either the old or the new content, never a torn mix."""
+"""Write a small file so that a crash leaves either the old or the new content, never a torn mix;
+force a directory's names to disk."""
 
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ def write_atomically(path: Path, data: bytes) -> None:
             raise DiskFullError(f"no room on the disk to write {path}: {error.strerror}") from error
         raise
     os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Force a directory's entries (a new, renamed or deleted name) to disk."""
+    fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(fd)
     finally:
-        os.close(directory)
+        os.close(fd)

@@ -28,6 +28,14 @@ TIMESTAMPS = struct.Struct(">qqq")  # the first version of the file
 assert TIMESTAMPS.size == 24
 
 NO_CLEAN_END = -1
+FIELDS = (
+    "commitlog_timestamp",
+    "consumequeue_timestamp",
+    "index_timestamp",
+    "commitlog_offset",
+    "consumequeue_offset",
+    "clean_last_record",
+)
 
 # Unclean recovery starts this far before the checkpoint, as RocketMQ does, to cover clock jitter.
 RECOVERY_MARGIN_MS = 3_000
@@ -44,21 +52,13 @@ class Checkpoint:
         self.clean_last_record = NO_CLEAN_END
         if path.exists():
             raw = path.read_bytes()
-            if len(raw) >= LAYOUT.size:
-                (
-                    self.commitlog_timestamp,
-                    self.consumequeue_timestamp,
-                    self.index_timestamp,
-                    self.commitlog_offset,
-                    self.consumequeue_offset,
-                    self.clean_last_record,
-                ) = LAYOUT.unpack_from(raw)
-            elif len(raw) >= TIMESTAMPS.size:
-                (
-                    self.commitlog_timestamp,
-                    self.consumequeue_timestamp,
-                    self.index_timestamp,
-                ) = TIMESTAMPS.unpack_from(raw)
+            # A 24-byte file of the first version holds the timestamps only.
+            layout = (
+                LAYOUT if len(raw) >= LAYOUT.size else TIMESTAMPS if len(raw) >= TIMESTAMPS.size else None
+            )
+            if layout is not None:
+                for name, value in zip(FIELDS, layout.unpack_from(raw), strict=False):
+                    setattr(self, name, value)
 
     def min_timestamp(self) -> int:
         """Where unclean recovery of the CommitLog and ConsumeQueues starts looking."""
@@ -71,14 +71,7 @@ class Checkpoint:
     def flush(self) -> None:
         """Write every field and force them to disk in one 48-byte write (in place: once the file
         exists this needs no new space); DiskFullError when the disk has no room."""
-        data = LAYOUT.pack(
-            self.commitlog_timestamp,
-            self.consumequeue_timestamp,
-            self.index_timestamp,
-            self.commitlog_offset,
-            self.consumequeue_offset,
-            self.clean_last_record,
-        )
+        data = LAYOUT.pack(*(getattr(self, name) for name in FIELDS))
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:

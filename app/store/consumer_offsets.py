@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from app.store.atomic_file import write_atomically
+from app.store.atomic_file import fsync_directory, write_atomically
 from app.store.errors import NO_SPACE, DiskFullError, StoreConfigError
 from app.store.service import ServiceThread
 
@@ -83,14 +83,6 @@ class OffsetEntry(NamedTuple):
 def table_key(topic: str, group: str) -> str:
     """``topic@group``: a topic name cannot hold "@", so the first one splits the key."""
     return f"{topic}@{group}"
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _encode(table: dict[str, dict[int, int]]) -> bytes:
@@ -358,7 +350,7 @@ class ConsumerOffsetManager:
         fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if created:  # the new file's name must survive a power cut too
-                _fsync_directory(self.log_path.parent)
+                fsync_directory(self.log_path.parent)
             size = os.fstat(fd).st_size
             try:
                 view = memoryview(data)

@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from app.store.mapped_file import MappedFile, _fsync_dir
+from app.store.atomic_file import fsync_directory
+from app.store.mapped_file import MappedFile
 from app.store.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 
 HEADER = struct.Struct(">qqqqii")  # begin ts | end ts | begin offset | end offset | used slots | next entry
@@ -149,7 +150,7 @@ class IndexFile:
         index.begin_offset = index.end_offset = begin_offset
         index.begin_timestamp = index.end_timestamp = begin_timestamp
         index.flush()
-        _fsync_dir(directory)
+        fsync_directory(directory)
         return index
 
     @classmethod

@@ -37,6 +37,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.store.atomic_file import fsync_directory
 from app.store.errors import NO_RESOURCES, NO_SPACE, DiskFullError, ResourceExhaustedError, StoreConfigError
 
 if TYPE_CHECKING:
@@ -228,8 +229,8 @@ class MappedFile:
         if wrote > self.flushed_position and not self._closed:
             if not self.directory_synced:
                 for directory in self.new_directories:
-                    _fsync_dir(directory.parent)
-                _fsync_dir(self.path.parent)
+                    fsync_directory(directory.parent)
+                fsync_directory(self.path.parent)
                 self.directory_synced = True
             with contextlib.suppress(FileNotFoundError):  # deleted meanwhile: nothing to keep
                 self.sync()
@@ -360,11 +361,3 @@ def _translated(error: OSError, path: Path) -> OSError | ResourceExhaustedError:
     if error.errno in NO_RESOURCES:
         return ResourceExhaustedError(f"cannot open or map {path}: {error.strerror}")
     return error
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 
 from app.store.allocate import AllocateSegmentService
+from app.store.atomic_file import fsync_directory
 from app.store.checkpoint import NO_CLEAN_END, Checkpoint
 from app.store.commit_log import CommitLog, skips_consume_queue
 from app.store.config import FlushMode, StoreConfig
@@ -36,7 +37,7 @@ from app.store.flush import (
 )
 from app.store.index_service import IndexService
 from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
-from app.store.mapped_file import MappedFile, _fsync_dir
+from app.store.mapped_file import MappedFile
 from app.store.record import (
     FIXED_SIZE,
     MESSAGE_MAGIC,
@@ -207,7 +208,7 @@ class MessageStore:
         self._touch_abort_file()
         # A power loss must not take the abort file (the next start would trust the disk and skip
         # the re-dispatch), nor the names of the directories made above: force the store root.
-        _fsync_dir(config.store_dir)
+        fsync_directory(config.store_dir)
         self.commitlog.open()
         self._start_services()
         self.is_open = True

@@ -273,33 +273,39 @@ def table_offsets(path: Path) -> set[int]:
     return {offset for queues in document["offsetTable"].values() for offset in queues.values()}
 
 
+def printed_before_sigkill(module: str, path: Path, lines: int) -> list[int]:
+    """Run ``module`` as a child writing offsets to ``path``, SIGKILL it after it printed ``lines``
+    lines (each printed once its write returned); returns every whole line it printed."""
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", module, str(path)],
+        cwd=REPOSITORY,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    read: list[str] = []
+    try:
+        for _ in range(lines):
+            line = child.stdout.readline()
+            if not line:
+                pytest.fail(f"the child died: {child.stderr.read()}")
+            read.append(line)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        rest, _ = child.communicate(timeout=10)
+    assert child.returncode == -signal.SIGKILL
+    # A line cut at the very end counts not.
+    return [int(line) for line in (*read, *rest.splitlines(keepends=True)) if line.endswith("\n")]
+
+
 @pytest.mark.crash
 def test_offsets_survive_sigkill_whole_at_the_last_persisted_value(path: Path) -> None:
     rng = random.Random(7)
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     for _round in range(5):
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.offsets_child", str(path)],
-            cwd=REPOSITORY,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stdout is not None and child.stderr is not None
-        lines: list[str] = []
-        try:
-            for _ in range(rng.randint(3, 40)):
-                line = child.stdout.readline()
-                if not line:
-                    pytest.fail(f"the child died: {child.stderr.read()}")
-                lines.append(line)
-        finally:
-            child.send_signal(signal.SIGKILL)
-            rest, _ = child.communicate(timeout=10)
-        assert child.returncode == -signal.SIGKILL
-        # Each line was printed after its write returned; a cut line at the very end counts not.
-        printed = [int(line) for line in (*lines, *rest.splitlines(keepends=True)) if line.endswith("\n")]
+        printed = printed_before_sigkill("tests.store.offsets_child", path, rng.randint(3, 40))
         offsets = table_offsets(path)
         assert len(offsets) == 1, f"a mix of two writes: {sorted(offsets)}"
         assert offsets.pop() in (printed[-1], printed[-1] + 1)
@@ -417,30 +423,9 @@ def test_the_log_is_compacted_once_it_outgrows_the_snapshot(
 @pytest.mark.crash
 def test_offsets_persisted_as_changes_survive_sigkill(path: Path) -> None:
     rng = random.Random(11)
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     last: dict[tuple[str, str, int], int] = {}
     for _round in range(4):
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.offsets_log_child", str(path)],
-            cwd=REPOSITORY,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stdout is not None and child.stderr is not None
-        lines: list[str] = []
-        try:
-            for _ in range(rng.randint(50, 700)):
-                line = child.stdout.readline()
-                if not line:
-                    pytest.fail(f"the child died: {child.stderr.read()}")
-                lines.append(line)
-        finally:
-            child.send_signal(signal.SIGKILL)
-            rest, _ = child.communicate(timeout=10)
-        assert child.returncode == -signal.SIGKILL
-        printed = [int(line) for line in (*lines, *rest.splitlines(keepends=True)) if line.endswith("\n")]
+        printed = printed_before_sigkill("tests.store.offsets_log_child", path, rng.randint(50, 700))
         for n in printed:
             last[offsets_log_child.entry(n)] = n
         unprinted = printed[-1] + 1
