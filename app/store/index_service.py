@@ -105,6 +105,7 @@ class IndexService(ServiceThread):
         self.dropped_files: list[str] = []
         self.rebuilt_messages = 0
         self._rebuild_source: tuple[CommitLog, int] | None = None
+        self.rebuild_interrupted = False
         self._last_flush_s = time.monotonic()
         # Called with a new file's size before it is allocated: raises DiskFullError to refuse.
         self.check_room: Callable[[int], None] | None = None
@@ -178,9 +179,12 @@ class IndexService(ServiceThread):
         self._rebuild_source = (commitlog, until)
         self._submitted += 1
 
-    def rebuild(self, commitlog: CommitLog, until: int | None = None) -> int:
+    def rebuild(
+        self, commitlog: CommitLog, until: int | None = None, should_stop: Callable[[], bool] = lambda: False
+    ) -> int:
         """Index the CommitLog from where the last file's coverage ends (up to ``until``); returns
-        messages seen."""
+        messages seen. ``should_stop`` is asked between chunks: a stop interrupts the rebuild (the
+        next start goes on from where it got), and :attr:`rebuild_interrupted` says so."""
         current = self.current
         start = current.end_offset if current is not None else commitlog.min_offset
         seen = 0
@@ -195,6 +199,9 @@ class IndexService(ServiceThread):
                 self.index(records, placements)
                 seen += len(records)
                 records, placements = [], []
+                if should_stop():
+                    self.rebuild_interrupted = True
+                    break
         if records:
             self.index(records, placements)
             seen += len(records)
@@ -229,9 +236,14 @@ class IndexService(ServiceThread):
                 self._rebuild_source = None
                 drained = True
                 try:
-                    self.rebuild(commitlog, until)
+                    self.rebuild(commitlog, until, lambda: self.stopping)
                 finally:
                     self._done += 1
+                if self.rebuild_interrupted:
+                    # The store is closing before the rebuild got to the end: what was appended since
+                    # is left to the next start's rebuild, which goes on from here in log order.
+                    self._done += len(pending)
+                    pending.clear()
             while pending:
                 records, results = pending.popleft()
                 drained = True

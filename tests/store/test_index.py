@@ -475,3 +475,29 @@ def test_a_message_with_more_keys_than_a_file_holds_keeps_the_first_ones(store: 
     assert bodies(store.query_message_by_key("orders", "w0")) == [b"next", b"many"]
     assert bodies(store.query_message_by_key("orders", "w8")) == [b"many"]
     assert store.query_message_by_key("orders", "w9") == []
+
+
+def test_a_store_closed_during_its_index_rebuild_indexes_everything_on_its_next_start(
+    make_indexed: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rebuild after a crash runs on the index thread while the store already serves: a close
+    in the middle of it stops it cleanly, and the next start goes on from where it got."""
+    store = make_indexed(max_index_count=200_000, max_hash_slots=50_000, **QUIET)
+    for start in range(0, 6000, 1000):
+        put_keyed(store, 1000, start=start)
+    crashed_dir = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    shutil.rmtree(crashed_dir / "index")  # everything is indexed again from the CommitLog
+
+    crashed = make_indexed(crashed_dir, max_index_count=200_000, max_hash_slots=50_000, **QUIET)
+    put_keyed(crashed, 1, start=6000)  # appended while the rebuild runs
+    index = crashed.index_service
+    assert index is not None
+    index.stop()  # as close() does, before the thread's first pass got to the rebuild
+    assert index.rebuild_interrupted and index.rebuilt_messages < 6000
+    crashed.close()
+    assert "failed to drain" not in caplog.text
+
+    reopened = make_indexed(crashed_dir, max_index_count=200_000, max_hash_slots=50_000, **QUIET)
+    for i in (0, 2999, 5999, 6000):
+        assert bodies(reopened.query_message_by_key("orders", f"u{i}")) == [f"m{i}".encode()]
