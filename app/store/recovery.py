@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog, Dispatch, skips_consume_queue
 from app.store.consume_queue import ConsumeQueue
-from app.store.record import CheckedRecord, check_record
+from app.store.record import BLANK_MIN_SIZE, CheckedRecord, check_record
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +198,14 @@ def _unclean_start(commitlog: CommitLog, checkpoint: Checkpoint) -> tuple[int, i
     mapped = commitlog.files.find(boundary) if boundary > 0 else None
     if mapped is not None:
         position = boundary - mapped.file_from_offset
-        if check_record(mapped.view, position, boundary) is not None:
+        # A whole record starts there, or nothing does (the log ended there): anything else means
+        # the checkpoint does not name a boundary of this log, and the timestamps are used instead.
+        if check_record(mapped.view, position, boundary) is not None or bytes(
+            mapped.view[position : position + BLANK_MIN_SIZE]
+        ) == bytes(BLANK_MIN_SIZE):
             return files.index(mapped), position
+    elif boundary > 0 and boundary == files[-1].file_from_offset + commitlog.file_size:
+        return len(files) - 1, commitlog.file_size  # the log ended with its last segment
     checkpoint_ms = checkpoint.min_timestamp()
     for index in range(len(files) - 1, -1, -1):
         first = commitlog.first_store_timestamp(files[index])

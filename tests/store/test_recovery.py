@@ -198,8 +198,14 @@ def lose_abort_file(store_dir: Path) -> None:
 
 
 def leave_abort_file(store_dir: Path) -> None:
-    """A crash right after everything reached the disk: the data of a clean stop, plus the abort file."""
+    """A crash: the data of a clean stop (or damaged by the test), plus the abort file, and the
+    checkpoint of a run that was still going: no clean end, and no record boundary known to be on
+    disk (the damage a test makes is past the last one the run had forced)."""
     (store_dir / "abort").touch()
+    checkpoint = Checkpoint(store_dir / "checkpoint")
+    checkpoint.clean_last_record = NO_CLEAN_END
+    checkpoint.commitlog_offset = checkpoint.consumequeue_offset = 0
+    checkpoint.flush()
 
 
 def crash_image(store: MessageStore, destination: Path) -> Path:
@@ -675,6 +681,26 @@ def test_unclean_recovery_walks_from_the_checkpoint_boundary(
     assert report.start_offset == boundary
     assert report.records_checked == 7
     assert_holds_exactly(recovered, written)
+
+
+def test_a_crash_right_after_a_checkpoint_walks_nothing(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+) -> None:
+    """The checkpoint's boundary is the end of the log: there is nothing to walk."""
+    store = open_store(store_dir, flush_interval_consumequeue_ms=HOUR_MS)
+    written = fill_segments(store, 3)
+    assert store.consumequeue_flush is not None
+    store.flusher.flush_all()
+    store.consumequeue_flush.flush_all(0)
+    image = crash_image(store, tmp_path / "image")
+
+    recovered = open_store(image)
+    report = recovered.recovery
+    assert report is not None and not report.clean
+    assert report.start_offset == report.end_offset == written[-1].result.end_offset
+    assert report.records_checked == 0
+    assert_holds_exactly(recovered, written)
+    assert_appends_continue(recovered, written, start=len(written))
 
 
 @pytest.mark.parametrize("segments_walked", [3, 1])
