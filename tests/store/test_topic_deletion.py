@@ -36,6 +36,7 @@ def checkpoint_before_everything(store_dir: Path) -> None:
     """Age the checkpoint so that an unclean recovery walks the log from its first record."""
     checkpoint = Checkpoint(store_dir / "checkpoint")
     checkpoint.commitlog_timestamp = checkpoint.consumequeue_timestamp = 1
+    checkpoint.commitlog_offset = checkpoint.consumequeue_offset = 0  # no boundary known either
     checkpoint.flush()
 
 
