@@ -53,11 +53,15 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every existing segment (with a cache: only name them); positions are set later by
         recovery."""
-        if not self.directory.is_dir():
+        try:
+            with os.scandir(self.directory) as entries:
+                listed = [entry.name for entry in entries]
+        except FileNotFoundError:
             return
-        for spare in self.directory.glob(f"*{SPARE_SUFFIX}"):
-            spare.unlink()  # prepared, never written
-        names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
+        for name in listed:
+            if name.endswith(SPARE_SUFFIX):
+                (self.directory / name).unlink()  # prepared, never written
+        names = sorted(name for name in listed if name.isdigit())
         if names and (self.directory / names[-1]).stat().st_size == 0:
             # The last segment's creation was cut short by a crash: it holds nothing, and a start
             # on a full disk could not allocate it.

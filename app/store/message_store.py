@@ -630,7 +630,10 @@ class MessageStore:
                         self.segment_cache,
                     )
                     queue.files.check_room = self.disk_guard.check_room
-                    self.consume_queues = {**self.consume_queues, (topic, queue_id): queue}
+                    # In place: copying the table for each new queue made a start with tens of
+                    # thousands of queues quadratic. Readers only get() from it or copy it whole
+                    # with list(), each one step under the GIL.
+                    self.consume_queues[(topic, queue_id)] = queue
         return queue
 
     def _prepare_queues(self, entries: dict[tuple[str, int], int], held: list[MappedFile]) -> None:
@@ -660,10 +663,15 @@ class MessageStore:
 
     def _load_consume_queues(self) -> None:
         root = self.config.consumequeue_dir
-        for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
-                queue = self._consume_queue(topic_dir.name, int(queue_dir.name))
-                queue.files.load()  # names its segments, maps none
+        with os.scandir(root) as topic_entries:
+            topics = sorted(entry.name for entry in topic_entries if entry.is_dir())
+        for topic in topics:
+            with os.scandir(root / topic) as queue_entries:
+                queue_ids = sorted(
+                    int(entry.name) for entry in queue_entries if entry.is_dir() and entry.name.isdigit()
+                )
+            for queue_id in queue_ids:
+                self._consume_queue(topic, queue_id).files.load()  # names its segments, maps none
         self._drop_deleted_queues()
 
     def _drop_deleted_queues(self) -> None:
