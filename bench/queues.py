@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,10 +197,13 @@ def mappings(pid: int, store: Path) -> tuple[int, int]:
     return len(lines), sum(1 for line in lines if prefix in line)
 
 
+START_TIMEOUT_S = 120.0
+
+
 def timed_start(broker: BrokerProcess) -> float:
-    """Start ``broker``; the time until /readyz answered 200."""
+    """Start ``broker``; the time until /readyz answered 200 (RuntimeError past START_TIMEOUT_S)."""
     start = time.perf_counter()
-    broker.start(120.0)
+    broker.start(START_TIMEOUT_S)
     return time.perf_counter() - start
 
 
@@ -220,6 +225,7 @@ class Row:
     topics: int
     figures: dict[str, float] = field(default_factory=dict)
     server_errors: list[str] = field(default_factory=list)
+    failure: str = ""  # a restart that did not answer /readyz in time; the figures after it are missing
 
     @property
     def queues(self) -> int:
@@ -231,6 +237,7 @@ def run_size(count: int, root: Path) -> Row:
     store = root / f"store-{count}"
     broker = BrokerProcess(store, module="tests.api.low_nofile", **SETTINGS)
     figures = row.figures
+    stage = "empty-store start"
     try:
         figures["empty_start_s"] = timed_start(broker)
         figures["rss_empty_mib"] = rss_bytes(broker_pid(broker)) / 2**20
@@ -252,6 +259,7 @@ def run_size(count: int, root: Path) -> Row:
         figures["fds"], figures["store_fds"] = open_files(pid, store)
         figures["maps"], figures["store_maps"] = mappings(pid, store)
         broker.stop()
+        stage = "start"
         figures["start_s"] = timed_start(broker)
         pid = broker_pid(broker)
         figures["store_fds_after_start"] = open_files(pid, store)[1]
@@ -259,9 +267,14 @@ def run_size(count: int, root: Path) -> Row:
         figures["rss_after_start_mib"] = rss_bytes(pid) / 2**20
         row.server_errors += pull_all(broker.port, sample_queues(count)).server_errors
         broker.kill()
+        stage = "recovery start"
         figures["recovery_start_s"] = timed_start(broker)
         row.server_errors += pull_all(broker.port, sample_queues(count)).server_errors
         figures["store_fds_after_recovery"] = open_files(broker_pid(broker), store)[1]
+    except RuntimeError as error:
+        if not str(error).startswith("broker did not become ready"):
+            raise
+        row.failure = f"{stage}: no 200 from /readyz in {START_TIMEOUT_S:.0f} s"
     finally:
         broker.stop()
         shutil.rmtree(store, ignore_errors=True)
@@ -269,13 +282,15 @@ def run_size(count: int, root: Path) -> Row:
 
 
 def increment(row: Row, base: Row, key: str) -> float:
-    """What figure ``key`` grew by from the smallest size ``base`` to ``row``, per 1,000 queues."""
-    return (row.figures[key] - base.figures[key]) * 1000 / (row.queues - base.queues)
+    """What figure ``key`` grew by from the smallest size ``base`` to ``row``, per 1,000 queues
+    (NaN when either lacks it)."""
+    grown = row.figures.get(key, math.nan) - base.figures.get(key, math.nan)
+    return grown * 1000 / (row.queues - base.queues)
 
 
 def results_of(row: Row, base: Row) -> list[Result]:
     """``base``: the smallest size of the run, whose start times the others' are compared with."""
-    f = row.figures
+    f = defaultdict(lambda: math.nan, row.figures)
     queues = row.queues
     size = f"{row.topics:,} x {QUEUES} = {queues:,} queues"
     failed = Target(0, at_least=False)  # 5xx answers: none
@@ -329,7 +344,7 @@ def results_of(row: Row, base: Row) -> list[Result]:
             "s",
             [f["start_s"]],
             target=Target(TARGET_START_S, at_least=False) if largest else None,
-            note=f"empty store: {f['empty_start_s']:.2f} s",
+            note=f"empty store: {f['empty_start_s']:.2f} s" + (f"; {row.failure}" if row.failure else ""),
         ),
         Result(
             f"{size}: recovery start (SIGKILL)",
@@ -356,7 +371,9 @@ def growth_table(rows: list[Row]) -> str:
     ]
 
     def line(label: str, cell: Callable[[Row], str]) -> None:
-        lines.append(f"| {label} | " + " | ".join(cell(r) for r in rows) + " |")
+        lines.append(f"| {label} | " + " | ".join(cell(r) for r in full) + " |")
+
+    full = [Row(r.topics, defaultdict(lambda: math.nan, r.figures), r.server_errors, r.failure) for r in rows]
 
     line("queues", lambda r: f"{r.queues:,}")
     line("5xx answers", lambda r: str(len(r.server_errors)))
@@ -373,6 +390,7 @@ def growth_table(rows: list[Row]) -> str:
     line("mappings: all / store files", lambda r: f"{r.figures['maps']:.0f} / {r.figures['store_maps']:.0f}")
     line("start (empty store)", lambda r: f"{r.figures['start_s']:.2f} s ({r.figures['empty_start_s']:.2f})")
     line("recovery start after SIGKILL", lambda r: f"{r.figures['recovery_start_s']:.2f} s")
+    line("failure", lambda r: r.failure or "-")
     base = min(rows, key=lambda r: r.queues)
 
     def per_1000(key: str, unit: str, digits: int) -> Callable[[Row], str]:
@@ -434,10 +452,13 @@ def main(argv: list[str] | None = None) -> int:
         "nofile": NOFILE,
         "max_map_count": Path("/proc/sys/vm/max_map_count").read_text().strip(),
         "broker": SETTINGS,
-        "rows": [{"topics": r.topics, **r.figures, "server_errors": r.server_errors} for r in rows],
+        "rows": [
+            {"topics": r.topics, **r.figures, "server_errors": r.server_errors, "failure": r.failure}
+            for r in rows
+        ],
     }
     write_json(args.json, "queues", command.strip(), results, settings)
-    return 1 if any(row.server_errors for row in rows) else 0
+    return 1 if any(row.server_errors or row.failure for row in rows) else 0
 
 
 if __name__ == "__main__":
