@@ -143,13 +143,16 @@ class ConsumeQueue:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def recover(self, clean: bool = True) -> None:
+    def recover(self, clean: bool = True, durable_below: int = 0) -> None:
         """Find the last valid entry and cut what follows it.
 
         The walk starts at the first segment whose last slot is empty (a segment being filled, or
         one whose name reached the disk before its content did), and no later than the third-last
-        segment; the segments before it are full. Empty slots at the start of the first segment
-        are kept: a queue that began at a later offset starts there.
+        segment; the segments before it are full. After a stop that was not clean it starts
+        earlier still, at the first segment holding an entry for a CommitLog offset at or past
+        ``durable_below`` (the checkpoint's boundary: entries below it were forced to disk): pages
+        written after the last forced flush can be torn, with holes anywhere. Empty slots at the
+        start of the first segment are kept: a queue that began at a later offset starts there.
 
         Reads with ``pread`` and maps nothing. After a stop that was not clean, entries left past
         the first invalid one (a power loss can lose a page in the middle of the last writes) are
@@ -165,6 +168,12 @@ class ConsumeQueue:
             if slot is None or slot[1] <= 0:
                 start_index = index
                 break
+        if not clean:
+            while start_index > 0:
+                last = _read_slot(files[start_index - 1].path, usable - UNIT_SIZE)
+                if last is not None and last[1] > 0 and last[0] + last[1] <= durable_below:
+                    break  # that segment, and every one before it, was forced whole
+                start_index -= 1
         end = files[start_index].file_from_offset
         for index in range(start_index, len(files)):
             mapped = files[index]
@@ -178,8 +187,8 @@ class ConsumeQueue:
         self.max_physical_end = 0
         if self.max_offset > self.min_offset:
             position = (self.max_offset - 1) * UNIT_SIZE
-            last = self.files.find(position)
-            slot = _read_slot(last.path, position - last.file_from_offset) if last is not None else None
+            holder = self.files.find(position)
+            slot = _read_slot(holder.path, position - holder.file_from_offset) if holder is not None else None
             if slot is not None and slot[1] > 0:
                 self.max_physical_end = slot[0] + slot[1]
 

@@ -59,7 +59,7 @@ def recover(
     """
     queues = {(queue.topic, queue.queue_id): queue for queue in consume_queues()}
     for queue in queues.values():
-        queue.recover(clean)
+        queue.recover(clean, checkpoint.consumequeue_offset)
     files = commitlog.files.files
     if not files:
         for queue in queues.values():

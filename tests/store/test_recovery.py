@@ -555,6 +555,34 @@ def test_entries_past_the_end_after_segments_whose_content_was_lost_are_cut(
     assert_appends_continue(recovered, survivors, start=len(written))
 
 
+def test_a_torn_consume_queue_segment_with_a_hole_before_its_full_last_slot_is_walked(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+) -> None:
+    """Pages written after the last forced ConsumeQueue flush can be torn anywhere: a segment whose
+    last slot reached the disk but whose first entries did not is not taken for full."""
+    store = open_store(store_dir)
+    written = fill_segments(store, 14)
+    image = crash_image(store, tmp_path / "image")
+    store.close()
+    segments = cq_segments(image, TOPIC, 0)
+    torn = segments[-5]  # not among the last three, which are always walked
+    data = bytearray(torn.read_bytes())
+    first_entry = UNIT.unpack_from(data, 0)
+    data[: UNIT.size * 3] = bytes(UNIT.size * 3)
+    torn.write_bytes(bytes(data))
+    assert UNIT.unpack_from(data, len(data) - UNIT.size)[1] > 0
+    checkpoint = Checkpoint(image / "checkpoint")
+    # The last forced flush covered the log up to the torn segment's first record.
+    checkpoint.commitlog_offset = checkpoint.consumequeue_offset = first_entry[0]
+    checkpoint.commitlog_timestamp = checkpoint.consumequeue_timestamp = 0
+    checkpoint.clean_last_record = NO_CLEAN_END
+    checkpoint.flush()
+
+    recovered = open_store(image)
+    assert_holds_exactly(recovered, written)
+    assert_appends_continue(recovered, written, start=len(written))
+
+
 # -- 3. ConsumeQueues that run past the end of the log ---------------------------------------------
 
 
