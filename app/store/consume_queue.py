@@ -151,8 +151,9 @@ class ConsumeQueue:
         segment; the segments before it are full. After a stop that was not clean it starts
         earlier still, at the first segment holding an entry for a CommitLog offset at or past
         ``durable_below`` (the checkpoint's boundary: entries below it were forced to disk): pages
-        written after the last forced flush can be torn, with holes anywhere. Empty slots at the
-        start of the first segment are kept: a queue that began at a later offset starts there.
+        written after the last forced flush can be torn, with holes anywhere. After a clean stop,
+        empty slots at the start of the first segment are kept: a queue that began at a later offset
+        starts there (after a crash they may be lost pages: the queue is cut there and rebuilt).
 
         Reads with ``pread`` and maps nothing. After a stop that was not clean, entries left past
         the first invalid one (a power loss can lose a page in the middle of the last writes) are
@@ -177,7 +178,7 @@ class ConsumeQueue:
         end = files[start_index].file_from_offset
         for index in range(start_index, len(files)):
             mapped = files[index]
-            valid = _read_valid_prefix(mapped.path, usable, not clean, skip_leading=index == 0)
+            valid = _read_valid_prefix(mapped.path, usable, not clean, skip_leading=index == 0 and clean)
             end = mapped.file_from_offset + valid
             if valid < usable:
                 break

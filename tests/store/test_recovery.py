@@ -583,6 +583,25 @@ def test_a_torn_consume_queue_segment_with_a_hole_before_its_full_last_slot_is_w
     assert_appends_continue(recovered, written, start=len(written))
 
 
+def test_lost_first_entries_of_a_queue_are_rebuilt_after_a_crash(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+) -> None:
+    """After a crash, empty slots at the start of a queue are lost pages, not a queue that began
+    later: the queue is rebuilt from the log rather than served with holes."""
+    store = open_store(store_dir)
+    written = write(store, 20)
+    image = crash_image(store, tmp_path / "image")
+    store.close()
+    (first,) = cq_segments(image, TOPIC, 0)[:1]
+    data = bytearray(first.read_bytes())
+    data[: UNIT.size * 2] = bytes(UNIT.size * 2)
+    first.write_bytes(bytes(data))
+
+    recovered = open_store(image)
+    assert_holds_exactly(recovered, written)
+    assert_appends_continue(recovered, written, start=len(written))
+
+
 # -- 3. ConsumeQueues that run past the end of the log ---------------------------------------------
 
 
