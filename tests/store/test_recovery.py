@@ -708,10 +708,12 @@ def test_a_running_store_is_never_taken_for_a_clean_stop(
     assert_holds_exactly(recovered, written[:-1])
 
 
+@pytest.mark.parametrize("written_after", [7, 0])
 def test_unclean_recovery_walks_from_the_checkpoint_boundary(
-    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path, written_after: int
 ) -> None:
-    """The checkpoint names a record boundary below which the log and the queues were on disk."""
+    """The checkpoint names a record boundary below which the log and the queues were on disk: the
+    walk starts there (a crash right after the checkpoint walks nothing)."""
     store = open_store(store_dir, flush_interval_consumequeue_ms=HOUR_MS)
     written = fill_segments(store, 3)
     assert store.consumequeue_flush is not None
@@ -719,33 +721,15 @@ def test_unclean_recovery_walks_from_the_checkpoint_boundary(
     store.consumequeue_flush.flush_all(0)
     boundary = store.checkpoint.min_offset()
     assert boundary == store.commitlog.max_offset > 0
-    written += write(store, 7, start=len(written))
+    written += write(store, written_after, start=len(written))
     image = crash_image(store, tmp_path / "image")
 
     recovered = open_store(image)
     report = recovered.recovery
     assert report is not None and not report.clean
     assert report.start_offset == boundary
-    assert report.records_checked == 7
-    assert_holds_exactly(recovered, written)
-
-
-def test_a_crash_right_after_a_checkpoint_walks_nothing(
-    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
-) -> None:
-    """The checkpoint's boundary is the end of the log: there is nothing to walk."""
-    store = open_store(store_dir, flush_interval_consumequeue_ms=HOUR_MS)
-    written = fill_segments(store, 3)
-    assert store.consumequeue_flush is not None
-    store.flusher.flush_all()
-    store.consumequeue_flush.flush_all(0)
-    image = crash_image(store, tmp_path / "image")
-
-    recovered = open_store(image)
-    report = recovered.recovery
-    assert report is not None and not report.clean
-    assert report.start_offset == report.end_offset == written[-1].result.end_offset
-    assert report.records_checked == 0
+    assert report.end_offset == written[-1].result.end_offset
+    assert report.records_checked == written_after
     assert_holds_exactly(recovered, written)
     assert_appends_continue(recovered, written, start=len(written))
 
