@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import httpx
+import pytest
 
 from app.api.errors import ErrorCode
+from tests.api.server import BrokerProcess
 from tests.api.test_errors import assert_error
 
 
@@ -55,19 +60,17 @@ def test_piggybacked_commit(client: httpx.Client, topic: str) -> None:
     assert rows[3]["committed_offset"] == 2
 
 
-def test_new_group_start_policies(client: httpx.Client, topic: str) -> None:
+def test_new_group_start_policies_on_a_young_queue(client: httpx.Client, topic: str) -> None:
+    """RocketMQ's young-queue rule: a queue that starts at 0 with its first message still in memory
+    is read from 0 by a new group whatever its policy (the broker's queryConsumerOffset answers 0)."""
     produce(client, topic, 0, 3)
-    first = client.get(
-        f"/v1/topics/{topic}/queues/0/messages", params={"group": "new-a", "from": "first"}
-    ).json()
-    assert [m["body"] for m in first["messages"]] == ["m0", "m1", "m2"]
-    store_time = first["messages"][1]["store_timestamp"]
-    at_time = client.get(
-        f"/v1/topics/{topic}/queues/0/messages", params={"group": "new-b", "from": str(store_time)}
-    ).json()
-    assert at_time["messages"][0]["store_timestamp"] >= store_time
+    url = f"/v1/topics/{topic}/queues/0/messages"
+    future = str(int(time.time() * 1000) + 3_600_000)
+    for group, start in (("new-a", "first"), ("new-b", "last"), ("new-c", future)):
+        answer = client.get(url, params={"group": group, "from": start}).json()
+        assert [m["body"] for m in answer["messages"]] == ["m0", "m1", "m2"], start
     assert_error(
-        client.get(f"/v1/topics/{topic}/queues/0/messages", params={"group": "new-c", "from": "yesterday"}),
+        client.get(url, params={"group": "new-d", "from": "yesterday"}),
         ErrorCode.INVALID_PARAMETER,
     )
 
@@ -133,3 +136,40 @@ def test_a_commit_past_the_end_of_a_queue_is_refused_and_changes_nothing(
     )
     assert_out_of_range(pulled, topic, 0, 0, 3)
     assert committed(client, "range", topic) == [3, None, None, None]
+
+
+@pytest.fixture(scope="module")
+def retaining_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker that keeps no CommitLog segment but the one being written, once asked to clean."""
+    process = BrokerProcess(tmp_path_factory.mktemp("retaining") / "store", file_reserved_time_h=0).start()
+    yield process
+    process.stop()
+
+
+def test_start_policies_on_a_queue_past_its_beginning(retaining_broker: BrokerProcess) -> None:
+    """Once retention has cut a queue's head, `last`, `first` and a time each start elsewhere."""
+    with httpx.Client(base_url=retaining_broker.url, timeout=30.0) as client:
+        topic = "aged"
+        assert client.post("/v1/topics", json={"name": topic, "queues": 1}).status_code == 201
+        filler = {"body": "x" * 300_000, "queue_id": 0}
+        for _ in range(8):  # fills three or more 1 MiB segments
+            assert client.post(f"/v1/topics/{topic}/messages", json=filler).status_code == 200
+        for i in range(3):
+            body = {"body": f"m{i}", "queue_id": 0}
+            assert client.post(f"/v1/topics/{topic}/messages", json=body).status_code == 200
+            time.sleep(0.005)
+        report = client.post("/v1/admin/clean").json()
+        assert "manual" in report["reasons"] and report["commitlog_segments"] >= 1
+        url = f"/v1/topics/{topic}/queues/0/messages"
+        first = client.get(url, params={"group": "new-first", "from": "first", "max_messages": 100}).json()
+        assert 0 < first["min_offset"] == first["messages"][0]["queue_offset"]
+        assert [m["body"] for m in first["messages"]][-3:] == ["m0", "m1", "m2"]
+        stamps = [m["store_timestamp"] for m in first["messages"][-3:]]
+        assert stamps[0] < stamps[1] < stamps[2]
+        for params in ({"group": "new-last", "from": "last"}, {"group": "new-default"}):
+            last = client.get(url, params=params).json()
+            assert (last["messages"], last["next_offset"]) == ([], first["max_offset"])
+        at_time = client.get(url, params={"group": "new-time", "from": str(stamps[1])}).json()
+        assert [m["body"] for m in at_time["messages"]] == ["m1", "m2"]
+        between = client.get(url, params={"group": "new-later", "from": str(stamps[1] + 1)}).json()
+        assert [m["body"] for m in between["messages"]] == ["m2"]
