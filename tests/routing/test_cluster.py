@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
 from app.client import Producer
 from tests.api.server import BrokerProcess
@@ -55,8 +57,10 @@ def alive_brokers(url: str) -> set[str]:
 
 
 def test_every_broker_sees_the_cluster(cluster: list[BrokerProcess]) -> None:
+    everyone = {"broker-0", "broker-1", "broker-2"}
+    # A broker registers before it serves, but one started earlier learns of the others on a read.
     for broker in cluster:
-        assert alive_brokers(broker.url) == {"broker-0", "broker-1", "broker-2"}
+        assert wait_for(lambda broker=broker: alive_brokers(broker.url) == everyone), broker.url
 
 
 def test_topic_created_across_the_cluster_routes_everywhere(cluster: list[BrokerProcess]) -> None:
@@ -109,10 +113,37 @@ def test_a_topic_on_another_broker_is_misdirected_not_misplaced(cluster: list[Br
     assert answer.status_code == 421
     assert answer.json()["error_code"] == 42101
     assert answer.json()["brokers"] == [cluster[1].url]
-    assert httpx.get(f"{cluster[0].url}/v1/topics/only-on-1/queues/0/messages?offset=0").status_code == 421
+    pull = httpx.get(f"{cluster[0].url}/v1/topics/only-on-1/queues/0/messages?offset=0")
+    assert pull.status_code == 421
+    assert (pull.json()["error_code"], pull.json()["brokers"]) == (42101, [cluster[1].url])
+    with (
+        ws_connect(f"{cluster[0].url.replace('http', 'ws')}/v1/ws/subscribe?topic=only-on-1") as socket,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        socket.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4421
+    assert closed.value.rcvd.reason.startswith("42101") and cluster[1].url in closed.value.rcvd.reason
     assert httpx.get(f"{cluster[0].url}/v1/topics").json()["topics"] == [
         t for t in httpx.get(f"{cluster[0].url}/v1/topics").json()["topics"] if t["name"] != "only-on-1"
     ]
+
+
+def test_the_producer_follows_a_421_to_the_broker_that_hosts_the_topic(cluster: list[BrokerProcess]) -> None:
+    """A route that names the wrong broker (a topic moved) costs one 421: the producer refreshes the
+    route and sends where the registry says."""
+    httpx.post(f"{cluster[0].url}/v1/topics", json={"name": "moved", "brokers": ["broker-1"]})
+    assert wait_for(lambda: httpx.get(f"{cluster[0].url}/v1/topics/moved/route").status_code == 200)
+    with Producer(cluster[0].url) as producer:
+        real = producer.routes.get("moved")
+        queue = real.write_queues[0]
+        wrong = type(real)("moved", (type(queue)(queue.broker_name, 0, cluster[0].url),), real.read_queues)
+        producer.routes._routes["moved"] = (time.monotonic() + 60, wrong)
+        result = producer.send("moved", "found its broker")
+    assert (result.broker_name, result.address) == ("broker-1", cluster[1].url)
+    found = httpx.get(f"{cluster[1].url}/v1/messages/{result.msg_id}")
+    assert found.json()["body"] == "found its broker"
+    assert httpx.get(f"{cluster[0].url}/v1/topics/moved/queues/0/messages?offset=0").status_code == 421
 
 
 def test_killing_a_broker_under_load(cluster: list[BrokerProcess], tmp_path: Path) -> None:

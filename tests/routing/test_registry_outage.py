@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy.engine import make_url
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
 from app.api.errors import ErrorCode
 from tests.api.server import BrokerProcess
@@ -106,6 +108,14 @@ def check_outage(client: httpx.Client, topic: str) -> None:
     assert_unavailable(client.get("/v1/topics/never-made"))
     assert_unavailable(client.get("/v1/topics/never-made/queues/0/messages", params={"offset": 0}))
     assert_unavailable(produce(client, "never-made", "auto-create?"))
+    ws_url = f"{str(client.base_url).replace('http', 'ws', 1)}/v1/ws/subscribe?topic=never-made"
+    with (
+        ws_connect(ws_url, open_timeout=CLIENT_TIMEOUT_S) as socket,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        socket.recv(timeout=CLIENT_TIMEOUT_S)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4503 and closed.value.rcvd.reason.startswith("50303")
     # Nothing changed on this broker.
     names = {t["name"] for t in client.get("/v1/topics").json()["topics"]}
     assert topic in names and f"{topic}-new" not in names and "never-made" not in names
