@@ -1,13 +1,19 @@
-"""Fixtures every end-to-end suite shares: one real broker process per module and a client for it."""
+"""Fixtures every end-to-end suite shares: one real broker process per module, a client for it,
+and a throw-away PostgreSQL database per run."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 
 import httpx
+import psycopg
 import pytest
 
 from tests.api.server import BrokerProcess
+
+PG_ADMIN = os.environ.get("WHARF_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 @pytest.fixture(scope="module")
@@ -23,3 +29,23 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=broker.url, timeout=30.0) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run, dropped at the end."""
+    name = f"wharf_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL is needed for the cluster tests and is not reachable at {PG_ADMIN}: {exc}")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')

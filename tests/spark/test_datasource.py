@@ -198,8 +198,10 @@ def test_an_unknown_topic_fails_the_query_with_the_brokers_answer(wharf: Reader)
         wharf("no-such-topic").count()
 
 
-def test_several_brokers_are_read_through_the_route(spark: SparkSession, tmp_path: Path) -> None:
-    database = f"sqlite:///{tmp_path / 'routes.db'}"
+def test_several_brokers_are_read_through_the_route(
+    spark: SparkSession, tmp_path: Path, postgres_url: str
+) -> None:
+    database = postgres_url
     first = BrokerProcess(tmp_path / "a", broker_name="broker-a", database_url=database).start()
     second = BrokerProcess(tmp_path / "b", broker_name="broker-b", database_url=database).start()
     try:
@@ -245,25 +247,24 @@ def test_several_brokers_are_read_through_the_route(spark: SparkSession, tmp_pat
 
 @pytest.fixture(scope="module")
 def trimmed(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A broker whose oldest CommitLog segments were deleted, as retention does, while it was down.
-
-    Retention's own trigger is not reachable from outside the broker, so the files are removed by
-    hand between a clean stop and a start; recovery then moves every queue's min offset past them."""
+    """A live broker whose oldest CommitLog segments retention deleted: an admin asked it to clean,
+    with no reserved time and two segments a pass, so every queue's min offset moved past them."""
     tmp_path = tmp_path_factory.mktemp("trimmed")
     process = BrokerProcess(
-        tmp_path / "store", commitlog_file_size=4096, consumequeue_file_entries=16
+        tmp_path / "store",
+        commitlog_file_size=4096,
+        consumequeue_file_entries=16,
+        file_reserved_time_h=0,
+        delete_files_max_per_pass=2,
+        destroy_forcibly_interval_ms=0,
     ).start()
     try:
         with httpx.Client(base_url=process.url, timeout=30.0) as http:
             topic = make_topic(http, "trimmed", queues=2)
             produce(http, topic, [{"body": "x" * 100 + str(i), "queue_id": i % 2} for i in range(120)])
-        process.stop()
-        segments = sorted((tmp_path / "store" / "commitlog").iterdir())
-        assert len(segments) > 3
-        for segment in segments[:2]:
-            segment.unlink()
-        process.start()
-        with httpx.Client(base_url=process.url, timeout=30.0) as http:
+            assert len(list((tmp_path / "store" / "commitlog").iterdir())) > 3
+            report = http.post("/v1/admin/clean").json()
+            assert report["commitlog_segments"] == 2, report
             queues = http.get(f"/v1/topics/{topic}/queues").json()["queues"]
         assert all(0 < queue["min_offset"] < queue["max_offset"] == 60 for queue in queues)
         yield process, topic, {queue["queue_id"]: queue["min_offset"] for queue in queues}
