@@ -21,10 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from app.api.errors import ErrorCode
 from app.api.ws.protocol import TRY_AGAIN_LATER, WsClose
+
+ABNORMAL = 1006  # RFC 6455: the connection ended without a close frame
 
 
 class FrameSender:
@@ -61,6 +63,10 @@ class FrameSender:
                 try:
                     async with asyncio.timeout(self.send_timeout_s):
                         await self.websocket.send_text(text)
+                except RuntimeError:
+                    # The server closed the connection itself (a protocol error of the client, a
+                    # keepalive timeout) and refuses further sends: the client is gone.
+                    raise WebSocketDisconnect(ABNORMAL) from None
                 except TimeoutError:
                     raise WsClose(
                         TRY_AGAIN_LATER,
