@@ -97,6 +97,18 @@ class Settings(BaseSettings):
     ws_hold_ms: int = Field(30_000, ge=100)
     ws_produce_max_pending: int = Field(1_000, ge=1)
 
+    # WebSocket bounds against slow, silent and hostile clients (README "WebSocket": "Bounds").
+    # Bytes of encoded frames a socket may have waiting for, or being handed to, its client.
+    ws_max_queued_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # A frame the client does not take within this long closes the socket (1013).
+    ws_send_timeout_s: float = Field(30.0, gt=0)
+    # A subscriber the broker waits on (no credit, or its unacked limit reached) that sends no
+    # frame for this long is closed (1008).
+    ws_idle_timeout_s: float = Field(60.0, gt=0)
+    # Largest client frame on /v1/ws/subscribe, and on /v1/ws/produce (one message per frame).
+    ws_max_frame_bytes: int = Field(1024 * 1024, ge=1024)
+    ws_produce_max_frame_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.store_dir / 'wharf.db'}"

@@ -45,6 +45,8 @@ class ErrorCode(enum.IntEnum):
     CLUSTER_NOT_FOUND = 40406
     METHOD_NOT_ALLOWED = 40501
     NOT_ACCEPTABLE = 40601
+    WS_CLIENT_IDLE = 40810
+    WS_CLIENT_TOO_SLOW = 40811
     TOPIC_EXISTS = 40901
     TOPIC_NOT_WRITABLE = 40902
     TOPIC_NOT_READABLE = 40903
@@ -52,6 +54,7 @@ class ErrorCode(enum.IntEnum):
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
     TOO_MANY_ITEMS = 41304
+    WS_FRAME_TOO_LARGE = 41310
     UNSUPPORTED_MEDIA_TYPE = 41501
     MISDIRECTED = 42101
     VALIDATION_FAILED = 42201
@@ -93,6 +96,14 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.CLUSTER_NOT_FOUND: "No live master broker in the named cluster or broker list.",
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
     ErrorCode.NOT_ACCEPTABLE: "The Accept header asks for a format this path cannot produce.",
+    ErrorCode.WS_CLIENT_IDLE: (
+        "WebSocket close 1008: the broker waited on the client (no credit left, or its unacked limit"
+        " reached) and no frame came within WHARF_WS_IDLE_TIMEOUT_S."
+    ),
+    ErrorCode.WS_CLIENT_TOO_SLOW: (
+        "WebSocket close 1013: the client did not take a frame within WHARF_WS_SEND_TIMEOUT_S while"
+        " WHARF_WS_MAX_QUEUED_BYTES waited for it; unacknowledged messages come again."
+    ),
     ErrorCode.TOPIC_EXISTS: "A topic with that name exists with a different configuration.",
     ErrorCode.TOPIC_NOT_WRITABLE: "The topic's permission forbids producing.",
     ErrorCode.TOPIC_NOT_READABLE: "The topic's permission forbids pulling.",
@@ -100,6 +111,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
     ErrorCode.REQUEST_TOO_LARGE: "The request body is over the request size limit.",
     ErrorCode.TOO_MANY_ITEMS: "A bulk request lists more items than its cap (1,000 topics per create).",
+    ErrorCode.WS_FRAME_TOO_LARGE: (
+        "WebSocket close 1009: a client frame is over WHARF_WS_MAX_FRAME_BYTES"
+        " (WHARF_WS_PRODUCE_MAX_FRAME_BYTES on /v1/ws/produce)."
+    ),
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The Content-Type is not one the path accepts.",
     ErrorCode.MISDIRECTED: "This broker does not host the topic; `brokers` lists the addresses of those that do.",
     ErrorCode.VALIDATION_FAILED: "A field has the wrong type or is missing.",

@@ -34,8 +34,13 @@ class EndlessProducer:
 
 
 class CountingBroker:
-    def __init__(self, max_pending: int) -> None:
-        self.settings = SimpleNamespace(ws_produce_max_pending=max_pending)
+    def __init__(self, max_pending: int, max_bytes: int = 1024 * 1024) -> None:
+        self.settings = SimpleNamespace(
+            ws_produce_max_pending=max_pending,
+            ws_max_queued_bytes=max_bytes,
+            ws_send_timeout_s=60.0,
+            ws_produce_max_frame_bytes=1024 * 1024,
+        )
         self.batches: list[int] = []
 
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
@@ -62,6 +67,23 @@ def test_reading_stops_at_the_pending_limit_until_results_are_taken() -> None:
         assert client.frames_read > 5
         assert [result["id"] for result in client.results] == list(range(1, len(client.results) + 1))
         assert max(broker.batches) <= 5
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_reading_stops_at_the_pending_bytes_limit_until_results_are_taken() -> None:
+    async def scenario() -> None:
+        client, broker = EndlessProducer(), CountingBroker(max_pending=1000, max_bytes=100)
+        session = ProduceSession(client, broker, "t")  # type: ignore[arg-type]
+        task = asyncio.ensure_future(session.run())
+        await settle()
+        frame_bytes = len(orjson.dumps({"id": 1, "body": "x"}))  # the ids 1-9 are one digit
+        assert client.frames_read == -(-100 // frame_bytes)  # the frame that reaches 100 bytes is the last
+        assert session.pending_bytes >= 100
+        client.reading_results.set()
+        await settle()
+        assert client.frames_read > -(-100 // frame_bytes)
         task.cancel()
 
     asyncio.run(scenario())

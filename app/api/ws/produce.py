@@ -4,8 +4,10 @@ The client sends frames without waiting for answers. Frames that arrive while a 
 stored queue up and go into the next batch, one store append each (and, under SYNC flush, one
 group commit), so the more a client pipelines the larger the batches. Results come back in the
 order the frames were sent, one ``results`` frame per batch. At most ``ws_produce_max_pending``
-messages wait for their results; past that the broker stops reading the socket until they are
-answered, so a fast producer meets TCP back-pressure rather than a growing buffer.
+messages, or ``ws_max_queued_bytes`` of their frames, wait for their results; past that the broker
+stops reading the socket until they are answered, so a fast producer meets TCP back-pressure rather
+than a growing buffer. A frame is at most ``ws_produce_max_frame_bytes`` (else close 1009), and a
+``results`` frame the client does not take within ``ws_send_timeout_s`` closes the socket (1013).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode, code_for
 from app.api.messages import describe_validation_error, incoming_from_model
 from app.api.schemas import MessageIn
-from app.api.ws.protocol import FrameSender, receive_frame, serve
+from app.api.ws.protocol import receive_frame, serve
+from app.api.ws.sender import FrameSender
 from app.store.errors import StoreError
 from app.store.filter import FilterExpressionError
 
@@ -54,10 +57,15 @@ class ProduceSession:
         self.websocket = websocket
         self.broker = broker
         self.topic = topic
-        self.sender = FrameSender(websocket)
-        self.max_pending = broker.settings.ws_produce_max_pending
+        settings = broker.settings
+        self.sender = FrameSender(websocket, settings.ws_max_queued_bytes, settings.ws_send_timeout_s)
+        self.max_pending = settings.ws_produce_max_pending
+        self.max_pending_bytes = settings.ws_max_queued_bytes
+        self.max_frame_bytes = settings.ws_produce_max_frame_bytes
         self.waiting: list[Entry] = []
         self.pending = 0  # waiting plus the batch being stored
+        self.pending_bytes = 0  # the frames of those messages
+        self._sizes: list[int] = []  # frame sizes of the pending messages, in frame order
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -77,12 +85,15 @@ class ProduceSession:
     async def _receive_loop(self) -> None:
         while True:
             await self._room.wait()
-            frame = await receive_frame(self.websocket)
-            if frame is None:
+            received = await receive_frame(self.websocket, self.max_frame_bytes)
+            if received is None:
                 return
+            frame, size = received
             self.waiting.append((frame.get("id"), parse_message(frame)))
             self.pending += 1
-            if self.pending >= self.max_pending:
+            self.pending_bytes += size
+            self._sizes.append(size)
+            if self.pending >= self.max_pending or self.pending_bytes >= self.max_pending_bytes:
                 self._room.clear()
             self._arrived.set()
 
@@ -94,6 +105,8 @@ class ProduceSession:
             results = await self._store(batch)
             await self.sender.send({"type": "results", "results": results})
             self.pending -= len(batch)
+            self.pending_bytes -= sum(self._sizes[: len(batch)])
+            del self._sizes[: len(batch)]
             self._room.set()
 
     async def _store(self, batch: list[Entry]) -> list[dict[str, Any]]:

@@ -9,6 +9,10 @@ code  meaning
 ====  =================================================================================
 1000  normal close (the client's, or the server's answer to it)
 1001  the broker is shutting down (1012 when uvicorn closes the socket itself)
+1008  policy: the broker waited on a silent client (no credit left, or its unacked limit
+      reached) longer than ``ws_idle_timeout_s``
+1009  a client frame is over the frame size limit
+1013  try again later: the client did not take a frame within ``ws_send_timeout_s``
 4400  bad request: a malformed or unknown frame, a bad parameter or tag filter, credit
       over the limit, an ack without a group
 4401  not authenticated (reserved: the broker has no authentication yet)
@@ -41,8 +45,15 @@ log = logging.getLogger(__name__)
 
 NORMAL = 1000
 GOING_AWAY = 1001
+POLICY_VIOLATION = 1008
+MESSAGE_TOO_BIG = 1009
+TRY_AGAIN_LATER = 1013
 INTERNAL = 4500
 
+# Closes that end a client for its behaviour rather than a request: logged as warnings.
+BOUND_CLOSES = (POLICY_VIOLATION, MESSAGE_TOO_BIG, TRY_AGAIN_LATER)
+
+DEFAULT_CLOSE_TIMEOUT_S = 10.0  # before the settings are known (the broker is starting)
 MAX_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes, 2 of them the code
 
 
@@ -103,29 +114,26 @@ def int_field(frame: dict[str, Any], name: str, minimum: int = 0) -> int:
     return value
 
 
-async def receive_frame(websocket: WebSocket) -> dict[str, Any] | None:
-    """The next client frame, or None once the client has gone."""
+async def receive_frame(websocket: WebSocket, max_frame_bytes: int) -> tuple[dict[str, Any], int] | None:
+    """The next client frame and its size in bytes, or None once the client has gone.
+
+    A frame over ``max_frame_bytes`` closes the socket with 1009 before it is parsed. Text and
+    binary frames are read alike: a binary frame must hold the same JSON.
+    """
     message = await websocket.receive()
     if message["type"] == "websocket.disconnect":
         return None
-    data = message.get("text")
-    if data is None:
-        data = message.get("bytes") or b""
-    return parse_frame(data)
-
-
-class FrameSender:
-    """Serialised JSON sends: several tasks write to one socket, one frame at a time."""
-
-    def __init__(self, websocket: WebSocket) -> None:
-        self.websocket = websocket
-        self._lock = asyncio.Lock()
-
-    async def send(self, frame: dict[str, Any]) -> None:
-        # The send awaits the transport's drain, so a slow reader slows its writers down.
-        text = orjson.dumps(frame).decode()
-        async with self._lock:
-            await self.websocket.send_text(text)
+    text = message.get("text")
+    data: str | bytes = text if text is not None else (message.get("bytes") or b"")
+    # A str's length is at most its UTF-8 length, at most 4 times it: encode only near the limit.
+    size = len(data) if isinstance(data, bytes) or len(data) * 4 <= max_frame_bytes else len(data.encode())
+    if size > max_frame_bytes:
+        raise WsClose(
+            MESSAGE_TOO_BIG,
+            f"{int(ErrorCode.WS_FRAME_TOO_LARGE)} a frame of {size} bytes is over the limit of "
+            f"{max_frame_bytes} bytes",
+        )
+    return parse_frame(data), size
 
 
 def broker_of(websocket: WebSocket) -> Broker:
@@ -143,15 +151,34 @@ async def serve(websocket: WebSocket, handler: Callable[[Broker], Awaitable[None
     """
     await websocket.accept()
     close = WsClose(NORMAL, "")
+    close_timeout_s = DEFAULT_CLOSE_TIMEOUT_S
     try:
-        await handler(broker_of(websocket))
+        broker = broker_of(websocket)
+        close_timeout_s = broker.settings.ws_send_timeout_s
+        await handler(broker)
     except WebSocketDisconnect:
         return
     except Exception as exc:  # every failure becomes a close frame with a reason
         close = close_for(exc)
+    if close.code in BOUND_CLOSES:
+        log.warning(
+            "WebSocket %s from %s closed %d: %s",
+            websocket.url.path,
+            _peer(websocket),
+            close.code,
+            close.reason,
+        )
     if websocket.application_state is WebSocketState.CONNECTED and (
         websocket.client_state is WebSocketState.CONNECTED
     ):
-        # The client may have gone first.
-        with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
-            await websocket.close(close.code, truncate_reason(close.reason))
+        # The client may have gone first. A client that reads nothing never takes the close frame
+        # either: past the timeout the socket is left to the server, which closes the connection
+        # once its buffer drains (or the peer is gone); nothing of the session is kept for it.
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError, TimeoutError):
+            async with asyncio.timeout(close_timeout_s):
+                await websocket.close(close.code, truncate_reason(close.reason))
+
+
+def _peer(websocket: WebSocket) -> str:
+    client = websocket.client
+    return f"{client.host}:{client.port}" if client is not None else "?"

@@ -3,8 +3,15 @@
 One reader task per assigned queue reads through the store and, when the queue has nothing new,
 waits in the pull hold service exactly as a long poll does, so an arrival wakes it and nothing
 polls. A reader sends only while the client's credit lasts (and, with a group, while fewer than
-``ws_max_unacked`` messages wait for an ack); with no credit it waits for a permit frame. The
-broker therefore holds at most one batch per queue for a socket, however slow the client is.
+``ws_max_unacked`` messages wait for an ack); with no credit it waits for a permit frame.
+
+Bytes are bounded too, whatever the credit: readers encode frames only while fewer than
+``ws_max_queued_bytes`` wait for the socket (a frame is cut to what fits, at least one message),
+so a client that stops reading costs the broker at most that, and a frame the client does not
+take within ``ws_send_timeout_s`` closes the socket with 1013. A subscriber the broker waits on
+(no credit, or its unacked limit reached) that sends no frame for ``ws_idle_timeout_s`` is closed
+with 1008. Either way its unacknowledged messages were never committed: the group's next
+subscriber reads them again.
 
 Frames from the client: ``permit`` (grant credit), ``ack`` / ``nack`` (with a group) and
 ``status``. Frames from the broker: ``assignment``, ``messages``, ``committed`` and ``status``.
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, WebSocket
 
 from app.api.broker import Broker
@@ -26,13 +34,14 @@ from app.api.ws.members import GroupMembers
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
     GOING_AWAY,
-    FrameSender,
+    POLICY_VIOLATION,
     WsClose,
     bad_frame,
     int_field,
     receive_frame,
     serve,
 )
+from app.api.ws.sender import FrameSender
 from app.longpoll.hold import HoldOutcome
 from app.store import GetMessageStatus
 
@@ -68,7 +77,13 @@ class Subscription:
         self.params = params
         self.members = members
         self.member_id = members.next_id()
-        self.sender = FrameSender(websocket)
+        self.sender = FrameSender(
+            websocket, settings.ws_max_queued_bytes, settings.ws_send_timeout_s, on_release=self._notify
+        )
+        self.max_frame_bytes = settings.ws_max_frame_bytes
+        self.idle_timeout_s = settings.ws_idle_timeout_s
+        self._waiting_since: float | None = None  # when the broker began waiting on the client
+        self._waiting = asyncio.Event()
         self.credit = params.credit
         self.unacked = 0
         self.cursors: dict[int, QueueCursor] = {}
@@ -93,6 +108,7 @@ class Subscription:
         else:
             self.assign(params.queues if params.queues is not None else list(range(params.read_queues)))
         receiver = asyncio.ensure_future(self._receive_loop())
+        self._side_tasks.add(self._spawn(self._watch_idle()))
         try:
             await asyncio.wait({receiver, self._failure}, return_when=asyncio.FIRST_COMPLETED)
             if self._failure.done():
@@ -128,9 +144,38 @@ class Subscription:
         return task
 
     def _notify(self) -> None:
-        """Wake every reader waiting for credit, ack room or a redelivery."""
+        """Wake every reader waiting for credit, ack room, byte room or a redelivery."""
         self._changed.set()
         self._changed = asyncio.Event()
+
+    # -- silent clients --------------------------------------------------------------------------
+
+    def _heard(self) -> None:
+        """A frame came from the client: it is not silent."""
+        self._waiting_since = None
+        self._waiting.clear()
+
+    def _wait_on_client(self) -> None:
+        """A reader cannot go on until the client sends a frame (a permit or an ack)."""
+        if self._waiting_since is None:
+            self._waiting_since = asyncio.get_running_loop().time()
+            self._waiting.set()
+
+    async def _watch_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            since = self._waiting_since
+            if since is None:
+                await self._waiting.wait()
+                continue
+            remaining = since + self.idle_timeout_s - loop.time()
+            if remaining <= 0:
+                raise WsClose(
+                    POLICY_VIOLATION,
+                    f"{int(ErrorCode.WS_CLIENT_IDLE)} no frame from the client for "
+                    f"{self.idle_timeout_s:g} s while the broker waits for a permit or an ack",
+                )
+            await asyncio.sleep(remaining)
 
     # -- queue assignment (members.Member) -----------------------------------------------------------
 
@@ -174,9 +219,11 @@ class Subscription:
 
     async def _receive_loop(self) -> None:
         while True:
-            frame = await receive_frame(self.websocket)
-            if frame is None:
+            received = await receive_frame(self.websocket, self.max_frame_bytes)
+            if received is None:
                 return
+            frame, _ = received
+            self._heard()
             kind = frame.get("type")
             if kind == "permit":
                 self._permit(int_field(frame, "n", minimum=1))
@@ -262,31 +309,39 @@ class Subscription:
         store = self.broker.store
         topic, queue_id, tag_filter = self.params.topic, cursor.queue_id, self.params.tag_filter
         while True:
+            if self.sender.room_bytes() <= 0:
+                # The client has not taken what was sent: no more is read for it (the sender's
+                # timeout ends a client that takes nothing).
+                await self._changed.wait()
+                continue
             if cursor.redeliver:
                 if self.credit > 0:
                     await self._redeliver(cursor)
                 else:
+                    self._wait_on_client()
                     await self._changed.wait()
                 continue
             cursor.kick.clear()
             room = self._room()
             if room <= 0:
+                self._wait_on_client()
                 await self._changed.wait()
                 continue
             result = store.get_message(topic, queue_id, cursor.offset, room, tag_filter)
             status = result.status
             if status is GetMessageStatus.FOUND:
                 # Everything up to the send happens without a pause, so two readers cannot both
-                # spend the same credit.
-                messages = [record_to_json(record) for record in result.records]
-                cursor.offset = result.next_offset
-                self.credit -= len(messages)
-                if self.max_unacked is not None:
-                    cursor.delivered(result.queue_offsets)
-                    self.unacked += len(messages)
-                await self.sender.send(
-                    {"type": "messages", "topic": topic, "queue_id": queue_id, "messages": messages}
+                # spend the same credit or the same byte room.
+                frame, sent = self._messages_frame(cursor, result.records)
+                offsets = result.queue_offsets[:sent]
+                cursor.offset = (
+                    result.next_offset if sent == len(result.records) else result.queue_offsets[sent]
                 )
+                self.credit -= sent
+                if self.max_unacked is not None:
+                    cursor.delivered(offsets)
+                    self.unacked += sent
+                await self.sender.send_encoded(frame)
             elif status is GetMessageStatus.NO_MATCHED_MESSAGE:
                 cursor.offset = result.next_offset
                 if cursor.offset < result.max_offset:
@@ -301,6 +356,24 @@ class Subscription:
                 await self._hold(cursor, 0 if empty else cursor.offset)
             else:  # pragma: no cover - every status is handled above
                 raise AssertionError(f"unexpected read status {status}")
+
+    def _messages_frame(self, cursor: QueueCursor, records: list[memoryview]) -> tuple[bytes, int]:
+        """A ``messages`` frame of the first records that fit the byte room (at least one), and how
+        many it holds. The rest are read again later: they were not delivered."""
+        room = self.sender.room_bytes()
+        head = b'{"type":"messages","topic":%b,"queue_id":%d,"messages":[' % (
+            orjson.dumps(self.params.topic),
+            cursor.queue_id,
+        )
+        size = len(head) + 2
+        parts: list[bytes] = []
+        for record in records:
+            part = orjson.dumps(record_to_json(record))
+            if parts and size + len(part) + 1 > room:
+                break
+            parts.append(part)
+            size += len(part) + 1
+        return head + b",".join(parts) + b"]}", len(parts)
 
     async def _hold(self, cursor: QueueCursor, offset: int) -> None:
         """Wait in the hold service until a message arrives, a redelivery is asked or time is up."""

@@ -1,0 +1,79 @@
+"""Sending to a WebSocket within a byte bound and a time bound.
+
+Several tasks of one socket (a subscriber's queue readers, its ack answers) send frames; each
+frame is encoded before it waits for the socket, so a client that reads slowly would let encoded
+frames pile up. :class:`FrameSender` counts them: ``queued_bytes`` is every frame encoded and not yet
+handed to the socket, plus the frame being handed. Producers of frames ask :meth:`room_bytes`
+before they read more and are woken (``on_release``) when bytes leave.
+
+What was handed to the socket and not yet read by the peer (the transport's write buffer) is
+bounded by the server's flow control: uvicorn's WebSocket protocols wait until the transport is
+below its 64 KiB high-water mark before they write a frame, so at most one frame plus that mark is
+ever buffered per socket, and that frame was counted here while it was handed. A send that waits
+longer than ``send_timeout_s`` for the socket means the client stopped reading: it ends the socket
+with close code 1013.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from app.api.errors import ErrorCode
+from app.api.ws.protocol import TRY_AGAIN_LATER, WsClose
+
+ABNORMAL = 1006  # RFC 6455: the connection ended without a close frame
+
+
+class FrameSender:
+    """Serialised JSON sends with a count of the bytes waiting for the socket."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        max_queued_bytes: int,
+        send_timeout_s: float,
+        on_release: Callable[[], None] | None = None,
+    ) -> None:
+        self.websocket = websocket
+        self.max_queued_bytes = max_queued_bytes
+        self.send_timeout_s = send_timeout_s
+        self.queued_bytes = 0
+        self._on_release = on_release
+        self._lock = asyncio.Lock()
+
+    def room_bytes(self) -> int:
+        """How many more bytes of frames may be encoded now (0 or less: wait for ``on_release``)."""
+        return self.max_queued_bytes - self.queued_bytes
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.send_encoded(orjson.dumps(frame))
+
+    async def send_encoded(self, data: bytes) -> None:
+        """Send one JSON text frame, already encoded; its bytes count until it is handed over."""
+        size = len(data)
+        self.queued_bytes += size
+        try:
+            text = data.decode()
+            async with self._lock:
+                try:
+                    async with asyncio.timeout(self.send_timeout_s):
+                        await self.websocket.send_text(text)
+                except RuntimeError:
+                    # The server closed the connection itself (a protocol error of the client, a
+                    # keepalive timeout) and refuses further sends: the client is gone.
+                    raise WebSocketDisconnect(ABNORMAL) from None
+                except TimeoutError:
+                    raise WsClose(
+                        TRY_AGAIN_LATER,
+                        f"{int(ErrorCode.WS_CLIENT_TOO_SLOW)} the client read nothing for "
+                        f"{self.send_timeout_s:g} s; {self.queued_bytes} bytes wait for it",
+                    ) from None
+        finally:
+            self.queued_bytes -= size
+            if self._on_release is not None:
+                self._on_release()
