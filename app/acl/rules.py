@@ -249,13 +249,15 @@ def parse_rules(text: str) -> AclRules:
     unknown = sorted(str(key) for key in document if key not in TOP_LEVEL_KEYS)
     if unknown:
         raise AclFileError(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
-    white = document.get("globalWhiteRemoteAddresses") or []
+    white = document.get("globalWhiteRemoteAddresses")
+    white = [] if white is None else white
     if not isinstance(white, list):
         raise AclFileError("globalWhiteRemoteAddresses must be a list")
     global_white = tuple(
         _address(item, f"globalWhiteRemoteAddresses[{index}]") for index, item in enumerate(white)
     )
-    entries = document.get("accounts") or []
+    entries = document.get("accounts")
+    entries = [] if entries is None else entries
     if not isinstance(entries, list):
         raise AclFileError("accounts must be a list")
     accounts: dict[str, Account] = {}
