@@ -15,6 +15,7 @@ from tests.api.acl_setup import (
     ACL_YAML,
     ADMIN,
     PRODUCER,
+    READ_WRITE,
     acl_broker,
     assert_refused,
     client_for,
@@ -113,3 +114,14 @@ def test_a_bad_file_at_start_is_one_clear_line(tmp_path: Path) -> None:
         in run.stderr
     )
     assert ADMIN[1] not in run.stderr
+
+
+def test_without_auto_creation_a_produce_to_a_missing_topic_is_404(tmp_path: Path) -> None:
+    process = acl_broker(tmp_path, auto_create_topics="false").start()
+    try:
+        for account in (READ_WRITE, ADMIN):
+            with client_for(process, account) as client:
+                response = client.post("/v1/topics/missing/messages", json={"body": "x"})
+            assert response.status_code == 404 and response.json()["error_code"] == 40402, response.text
+    finally:
+        process.stop()
