@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     ws_max_frame_bytes: int = Field(1024 * 1024, ge=1024)
     ws_produce_max_frame_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
+    # Authentication and ACL (README "Authentication and ACL"): RocketMQ's plain_acl.yml. Empty: off.
+    acl_file: str = ""
+    acl_reload_interval_ms: int = Field(1_000, ge=0)  # how often a request looks for a changed file
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.store_dir / 'wharf.db'}"

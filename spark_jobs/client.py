@@ -64,8 +64,15 @@ class PullPage:
 class BrokerClient:
     """A keep-alive HTTP client to one or more brokers, with a few retries on transport errors."""
 
-    def __init__(self, timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.2) -> None:
-        self._http = httpx.Client(timeout=timeout_s)
+    def __init__(
+        self, timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.2, user: str | None = None
+    ) -> None:
+        """``user``: ``"accessKey:secretKey"`` for brokers with an ACL, sent as HTTP Basic auth."""
+        auth = None
+        if user is not None:
+            access_key, _, secret_key = user.partition(":")
+            auth = httpx.BasicAuth(access_key, secret_key)
+        self._http = httpx.Client(timeout=timeout_s, auth=auth)
         self._retries = retries
         self._backoff_s = backoff_s
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +25,11 @@ from spark_jobs.session import wharf_session
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="export_parquet", description=__doc__.split("\n")[0])
     parser.add_argument("--url", required=True, help="broker address, or several separated by commas")
+    parser.add_argument(
+        "--user",
+        default=os.environ.get("WHARF_USER"),
+        help="accessKey:secretKey for a broker with an ACL (default: $WHARF_USER)",
+    )
     parser.add_argument("--topic", required=True)
     parser.add_argument("--output", required=True, help="Parquet directory (a path or URI Spark can write)")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest, or JSON per queue")
@@ -38,6 +44,7 @@ def read_topic(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     reader = (
         spark.read.format("wharf")
         .option("url", args.url)
+        .option("user", args.user or "")
         .option("topic", args.topic)
         .option("startingOffsets", args.starting_offsets)
         .option("endingOffsets", args.ending_offsets)

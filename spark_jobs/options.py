@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from spark_jobs.client import WharfSourceError
@@ -60,6 +60,17 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return lowered == "true"
 
 
+def _user(options: Mapping[str, str]) -> str | None:
+    """``accessKey:secretKey`` for a broker with an ACL; never quoted in an error (it is a secret)."""
+    user = _get(options, "user")
+    if user is None or user == "":
+        return None
+    access_key, separator, _ = user.partition(":")
+    if not separator or not access_key:
+        raise OptionError("option 'user' must be accessKey:secretKey")
+    return user
+
+
 def parse_offsets(name: str, raw: str, topic: str) -> OffsetSpec:
     """``earliest``, ``latest`` or JSON: ``{"<topic>": {"0": 23, "1": -2}}`` or just ``{"0": 23}``.
 
@@ -105,6 +116,7 @@ class ReadOptions:
     push_filters: bool = False
     max_offsets_per_trigger: int | None = None
     timeout_s: float = 30.0
+    user: str | None = field(default=None, repr=False)  # accessKey:secretKey
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
@@ -148,6 +160,7 @@ class ReadOptions:
             push_filters=_bool(options, "pushFilters", False),
             max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None, 1),
             timeout_s=(_int(options, "timeoutMs", 30_000, 1) or 30_000) / 1000,
+            user=_user(options),
         )
 
 
@@ -159,6 +172,7 @@ class WriteOptions:
     topic: str
     batch_size: int = 1000
     timeout_s: float = 30.0
+    user: str | None = field(default=None, repr=False)  # accessKey:secretKey
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -170,4 +184,5 @@ class WriteOptions:
             topic=_required(options, "topic"),
             batch_size=_int(options, "batchSize", 1000, 1) or 1000,
             timeout_s=(_int(options, "timeoutMs", 30_000, 1) or 30_000) / 1000,
+            user=_user(options),
         )

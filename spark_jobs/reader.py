@@ -107,7 +107,10 @@ def _pages(
         wanted = min(options.max_messages_per_pull, until - offset)
         return client.pull(piece.address, piece.topic, piece.queue_id, offset, wanted, expression)
 
-    with BrokerClient(options.timeout_s) as client, ThreadPoolExecutor(1, "wharf-prefetch") as prefetch:
+    with (
+        BrokerClient(options.timeout_s, user=options.user) as client,
+        ThreadPoolExecutor(1, "wharf-prefetch") as prefetch,
+    ):
         offset = piece.from_offset
         pending: Future[PullPage] | None = prefetch.submit(pull, client, offset) if offset < until else None
         while pending is not None:
@@ -150,7 +153,7 @@ class WharfBatchReader(DataSourceReader):
         options = self.options
         if self.tags is not None and not self.tags:
             return []  # the tag filters contradict each other: nothing can match
-        with BrokerClient(options.timeout_s) as client:
+        with BrokerClient(options.timeout_s, user=options.user) as client:
             states = discover(client, options)
             if self.queue_ids is not None:
                 states = [state for state in states if state.ref.queue_id in self.queue_ids]

@@ -66,7 +66,7 @@ class WharfStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> BrokerClient:
         if self._client is None:
-            self._client = BrokerClient(self.options.timeout_s)
+            self._client = BrokerClient(self.options.timeout_s, user=self.options.user)
         return self._client
 
     def _discover(self) -> dict[str, QueueState]:

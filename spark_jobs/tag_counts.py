@@ -11,6 +11,7 @@ tagged with its tag (``untagged`` for none) and keyed by its minute.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +26,11 @@ UNTAGGED = "untagged"
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tag_counts", description=__doc__.split("\n")[0])
     parser.add_argument("--url", required=True, help="broker address, or several separated by commas")
+    parser.add_argument(
+        "--user",
+        default=os.environ.get("WHARF_USER"),
+        help="accessKey:secretKey for a broker with an ACL (default: $WHARF_USER)",
+    )
     parser.add_argument("--topic", required=True)
     output = parser.add_mutually_exclusive_group(required=True)
     output.add_argument("--output-topic", help="produce the counts to this topic (same broker)")
@@ -61,6 +67,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
     messages = (
         spark.read.format("wharf")
         .option("url", args.url)
+        .option("user", args.user or "")
         .option("topic", args.topic)
         .option("startingOffsets", args.starting_offsets)
         .option("endingOffsets", args.ending_offsets)
@@ -73,6 +80,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
                 as_messages(counts)
                 .write.format("wharf")
                 .option("url", args.url.split(",")[0])
+                .option("user", args.user or "")
                 .option("topic", args.output_topic)
                 .mode("append")
                 .save()

@@ -110,7 +110,7 @@ def produce_rows(options: WriteOptions, batches: Iterator[Any], id_prefix: str) 
     produced = 0
     pending: list[IncomingMessage] = []
     pending_bytes = 0
-    with BrokerClient(options.timeout_s) as client:
+    with BrokerClient(options.timeout_s, user=options.user) as client:
 
         def flush() -> None:
             nonlocal produced, pending, pending_bytes

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from app.acl import install_acl
 from app.api import admin, cluster, groups, lookup, messages, topics
 from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
@@ -120,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(ws_router)
     install_console(app)
+    install_acl(app, settings)
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

@@ -37,6 +37,8 @@ class ErrorCode(enum.IntEnum):
     INVALID_PARAMETER = 40012
     INVALID_CURSOR = 40013
     OFFSET_OUT_OF_RANGE = 40014
+    UNAUTHORIZED = 40101
+    FORBIDDEN = 40301
     NOT_FOUND = 40401
     TOPIC_NOT_FOUND = 40402
     QUEUE_NOT_FOUND = 40403
@@ -88,6 +90,11 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "A committed offset is outside the queue's [min_offset, max_offset]; nothing was committed."
         " The answer carries topic, queue_id, min_offset and max_offset."
     ),
+    ErrorCode.UNAUTHORIZED: (
+        "Credentials are missing or wrong: send Authorization: Basic base64(accessKey:secretKey)"
+        " (a WebSocket may send ?token=base64url(accessKey:secretKey) instead)."
+    ),
+    ErrorCode.FORBIDDEN: "The account lacks the permission the request needs (ACL); nothing was changed.",
     ErrorCode.NOT_FOUND: "No such path.",
     ErrorCode.TOPIC_NOT_FOUND: "The topic does not exist.",
     ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",

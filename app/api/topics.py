@@ -118,7 +118,9 @@ async def _create_many(broker: Broker, body: TopicBulkCreate) -> dict[str, Any]:
     }
 
 
-async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig) -> dict[str, Any]:
+async def _create_across(
+    broker: Broker, body: TopicCreate, wanted: TopicConfig, headers: dict[str, str]
+) -> dict[str, Any]:
     routing = broker.routing
     if routing is None:
         raise ApiError(ErrorCode.BAD_REQUEST, "this broker has no route registry")
@@ -145,7 +147,7 @@ async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig)
                     )
                 continue
             try:
-                answer = await client.post(f"{address}/v1/topics", json=request)
+                answer = await client.post(f"{address}/v1/topics", json=request, headers=headers)
                 error = None if answer.status_code < 300 else answer.json().get("message", answer.text)
                 placements.append(
                     {"broker_name": name, "address": address, "status": answer.status_code, "error": error}
@@ -176,13 +178,19 @@ async def _create_across(broker: Broker, body: TopicCreate, wanted: TopicConfig)
         503: {"model": ErrorEnvelope},
     },
 )
-async def create_topic(body: TopicCreateBody, broker: BrokerDep, response: Response) -> dict[str, Any]:
+async def create_topic(
+    body: TopicCreateBody, broker: BrokerDep, response: Response, request: Request
+) -> dict[str, Any]:
     if isinstance(body, TopicBulkCreate):
         response.status_code = 200
         return await _create_many(broker, body)
     wanted = _wanted(broker, body)
     if body.cluster is not None or body.brokers is not None:
-        return await _create_across(broker, body, wanted)
+        # The other brokers' ACL asks the caller's credentials too.
+        authorization = request.headers.get("authorization")
+        return await _create_across(
+            broker, body, wanted, {"authorization": authorization} if authorization else {}
+        )
     status, out = await _create_here(broker, wanted)
     response.status_code = status
     return out

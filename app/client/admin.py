@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from app.client.auth import User, basic_auth
 from app.client.errors import raise_for_envelope
 
 # The broker's cap on a bulk create, and on a page.
@@ -16,9 +17,10 @@ MAX_PAGE = 1000
 
 
 class Admin:
-    def __init__(self, address: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, address: str, *, timeout_s: float = 30.0, user: User | None = None) -> None:
+        """``user``: ``"accessKey:secretKey"`` (or a pair) for a broker with an ACL."""
         self.address = address.rstrip("/")
-        self.http = httpx.Client(base_url=self.address, timeout=timeout_s)
+        self.http = httpx.Client(base_url=self.address, timeout=timeout_s, auth=basic_auth(user))
 
     def __enter__(self) -> Admin:
         return self

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import httpx
 
 from app.api.codec import RECORDS_MEDIA_TYPE, split_records
+from app.client.auth import User, basic_auth
 from app.client.errors import BrokerError, raise_for_envelope
 from app.client.routes import MessageQueue, RouteCache
 from app.store.record import StoredMessage, decode_record
@@ -52,6 +53,7 @@ class PullConsumer:
         max_cached_bytes: int = 100 * 1024 * 1024,
         commit_interval_s: float = 5.0,
         timeout_s: float = 10.0,
+        user: User | None = None,
     ) -> None:
         self.topic = topic
         self.group = group
@@ -62,7 +64,9 @@ class PullConsumer:
         self.max_cached_bytes = max_cached_bytes
         self.commit_interval_s = commit_interval_s
         self.timeout_s = timeout_s + max_wait_ms / 1000
-        self._http = httpx.Client(timeout=self.timeout_s)
+        # user: "accessKey:secretKey" (or a pair) for brokers with an ACL.
+        self._auth = basic_auth(user)
+        self._http = httpx.Client(timeout=self.timeout_s, auth=self._auth)
         self.routes = RouteCache(self._http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
         self._cache: queue.Queue[ConsumedMessage] = queue.Queue()
         self._room = threading.Condition()
@@ -75,6 +79,7 @@ class PullConsumer:
         self._done_lock = threading.Lock()
         self._in_hand: ConsumedMessage | None = None
         self._last_commit = time.monotonic()
+        self._refused: BrokerError | None = None  # a pull the ACL refused: retrying cannot help
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -113,7 +118,11 @@ class PullConsumer:
     # -- consuming -------------------------------------------------------------------------------
 
     def poll(self, timeout_s: float = 1.0) -> ConsumedMessage | None:
-        """The next message, or None after ``timeout_s``. Asking for it finishes the previous one."""
+        """The next message, or None after ``timeout_s``. Asking for it finishes the previous one.
+
+        Raises the BrokerError (401 or 403) of a pull the broker's ACL refused."""
+        if self._refused is not None:
+            raise self._refused
         self._finish_in_hand()
         if time.monotonic() - self._last_commit >= self.commit_interval_s:
             self._commit_finished()
@@ -133,6 +142,8 @@ class PullConsumer:
             consumed = self.poll(0.5)
             if consumed is not None:
                 yield consumed
+        if self._refused is not None:
+            raise self._refused
 
     def _finish_in_hand(self) -> None:
         consumed, self._in_hand = self._in_hand, None
@@ -179,7 +190,7 @@ class PullConsumer:
         url = f"{message_queue.address}/v1/topics/{self.topic}/queues/{message_queue.queue_id}/messages"
         offset: int | None = None  # None: the broker starts from the group's committed offset
         backoff_s = 0.1
-        with httpx.Client(timeout=self.timeout_s) as http:
+        with httpx.Client(timeout=self.timeout_s, auth=self._auth) as http:
             while self._wait_for_room():
                 params: dict[str, object] = {
                     "group": self.group,
@@ -193,6 +204,10 @@ class PullConsumer:
                     response = http.get(url, params=params, headers={"accept": RECORDS_MEDIA_TYPE})
                     raise_for_envelope(response)
                 except (httpx.HTTPError, BrokerError) as exc:
+                    if isinstance(exc, BrokerError) and exc.status in (401, 403):
+                        self._refused = exc
+                        self._stop.set()
+                        return
                     log.debug("pull from %s failed: %s", url, exc)
                     self._stop.wait(backoff_s)
                     backoff_s = min(backoff_s * 2, 2.0)

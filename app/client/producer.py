@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
+from app.client.auth import User, basic_auth
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.fault import LatencyFaultTolerance
 from app.client.routes import MessageQueue, RouteCache
@@ -52,8 +53,10 @@ class Producer:
         timeout_s: float = 5.0,
         route_ttl_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        user: User | None = None,
     ) -> None:
-        self.http = httpx.Client(timeout=timeout_s)
+        # user: "accessKey:secretKey" (or a pair) for brokers with an ACL.
+        self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
         self.routes = RouteCache(
             self.http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap), route_ttl_s, clock
         )

@@ -15,7 +15,8 @@ code  meaning
 1013  try again later: the client did not take a frame within ``ws_send_timeout_s``
 4400  bad request: a malformed or unknown frame, a bad parameter or tag filter, credit
       over the limit, an ack without a group
-4401  not authenticated (reserved: the broker has no authentication yet)
+4401  not authenticated: missing or wrong credentials (with ``WHARF_ACL_FILE``)
+4403  the account lacks the permission the subscription or produce needs (ACL)
 4404  unknown topic or queue
 4409  the topic's permission forbids reading (subscribe) or writing (produce)
 4421  this broker does not host the topic; the reason names brokers that do

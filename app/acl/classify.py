@@ -1,0 +1,209 @@
+"""Every route of the API and the permission it needs: one table, :data:`RULES`.
+
+A rule names a method (``WEBSOCKET`` for a WebSocket, ``*`` for any), a path template and what
+the request needs. Most needs follow from the path and the query; a few ask the broker: a produce
+that would create its topic needs an admin account (and is only a produce when the topic exists,
+auto-creation is off, or another broker hosts it); a message read by id needs SUB on the topic its
+record names; a group's offsets without a topic need SUB on every topic the group has offsets on;
+a commit needs SUB on every topic of its body. A request no rule names needs an account (it is
+answered 404 or 405 then); a test fails when a route of the app has no rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.datastructures import QueryParams
+
+from app.acl.rules import ACCOUNT, OPEN, Access, Action, Need
+from app.api.broker import Broker
+from app.store import parse_message_id
+from app.store.record import decode_record
+
+
+@dataclass(slots=True)
+class RequestView:
+    """What a classifier may look at: the matched path parameters, the query, and the body."""
+
+    path_params: dict[str, str]
+    query: QueryParams
+    body: Callable[[], Awaitable[bytes]]
+
+
+Classifier = Callable[[RequestView, Broker | None], Awaitable[Need]]
+
+
+def _on_topic(action: Action) -> Classifier:
+    async def classify(view: RequestView, broker: Broker | None) -> Need:
+        return Need.on(((view.path_params["topic"], action),))
+
+    return classify
+
+
+async def _produce_to(topic: str | None, broker: Broker | None) -> Need:
+    if not topic or broker is None:
+        return ACCOUNT  # answered 400 (no topic) or 503 (starting) by the route
+    # The produce would create the topic here, unless another broker hosts it (answered 421).
+    if (
+        broker.topics.get(topic) is None
+        and broker.settings.auto_create_topics
+        and (broker.routing is None or not await broker.routing.brokers_hosting(topic))
+    ):
+        return Need.admin(f"creating topic {topic!r} (a produce to a topic that does not exist creates it)")
+    return Need.on(((topic, Action.PUB),))
+
+
+async def produce(view: RequestView, broker: Broker | None) -> Need:
+    return await _produce_to(view.path_params["topic"], broker)
+
+
+async def ws_produce(view: RequestView, broker: Broker | None) -> Need:
+    return await _produce_to(view.query.get("topic"), broker)
+
+
+def _consume(topic: str | None, group: str | None) -> Need:
+    if not topic:
+        return ACCOUNT  # the route refuses the request (400)
+    return Need.on(((topic, Action.SUB),), ((group, Action.SUB),) if group else ())
+
+
+async def pull(view: RequestView, broker: Broker | None) -> Need:
+    return _consume(view.path_params["topic"], view.query.get("group"))
+
+
+async def ws_subscribe(view: RequestView, broker: Broker | None) -> Need:
+    return _consume(view.query.get("topic"), view.query.get("group"))
+
+
+async def message_by_id(view: RequestView, broker: Broker | None) -> Need:
+    """SUB on the topic of the message the id names, when this broker stored it."""
+    msg_id = view.path_params["msg_id"]
+    if broker is None:
+        return ACCOUNT
+    try:
+        _, _, physical_offset = parse_message_id(msg_id)
+    except ValueError:
+        return ACCOUNT  # answered 400
+    if bytes.fromhex(msg_id[:16]) != broker.store.store_host:
+        return ACCOUNT  # answered 404 naming the broker that stored it
+    raw = await asyncio.to_thread(broker.store.read_live_record, physical_offset)
+    if raw is None:
+        return ACCOUNT  # answered 404
+    return Need.on(((decode_record(raw).topic, Action.SUB),))
+
+
+async def read_offsets(view: RequestView, broker: Broker | None) -> Need:
+    group = view.path_params["group"]
+    topic = view.query.get("topic")
+    if topic is not None:
+        topics = [topic]
+    elif broker is not None:
+        topics = sorted(broker.store.consumer_offsets.topics_of_group(group))
+    else:
+        topics = []
+    return Need.on(tuple((name, Action.SUB) for name in topics), ((group, Action.SUB),))
+
+
+def _commit_topics(body: bytes) -> list[str]:
+    """The topics of a commit's body; a body of another shape is refused by the route (400/422)."""
+    try:
+        document: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return []
+    items = document.get("offsets") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        return []
+    return sorted(
+        {item["topic"] for item in items if isinstance(item, dict) and isinstance(item.get("topic"), str)}
+    )
+
+
+async def commit_offsets(view: RequestView, broker: Broker | None) -> Need:
+    topics = _commit_topics(await view.body())
+    group = view.path_params["group"]
+    return Need.on(tuple((name, Action.SUB) for name in topics), ((group, Action.SUB),))
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    method: str
+    template: str
+    need: Need | Classifier  # fixed, or found from the request
+    summary: str  # the README's words for the permission
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return _compile(self.template)
+
+    @property
+    def is_open(self) -> bool:
+        return isinstance(self.need, Need) and self.need.access is Access.OPEN
+
+    async def classify(self, view: RequestView, broker: Broker | None) -> Need:
+        if isinstance(self.need, Need):
+            return self.need
+        return await self.need(view, broker)
+
+
+def _compile(template: str) -> re.Pattern[str]:
+    def group(match: re.Match[str]) -> str:
+        name, _, kind = match.group(1).partition(":")
+        return f"(?P<{name}>.*)" if kind == "path" else f"(?P<{name}>[^/]+)"
+
+    return re.compile("^" + re.sub(r"\{([^}]+)\}", group, template) + "$")
+
+
+# First match wins: the more specific path comes first.
+RULES: tuple[Rule, ...] = (
+    Rule("*", "/healthz", OPEN, "open (liveness probe)"),
+    Rule("*", "/readyz", OPEN, "open (readiness probe)"),
+    Rule("GET", "/openapi.json", OPEN, "open (the API's description)"),
+    Rule("GET", "/docs", OPEN, "open (the API's description)"),
+    Rule("GET", "/docs/oauth2-redirect", OPEN, "open (the API's description)"),
+    Rule("GET", "/redoc", OPEN, "open (the API's description)"),
+    Rule("*", "/console/api/{rest:path}", Need.admin("the console's overview"), "admin"),
+    Rule("GET", "/console", OPEN, "open (the console's static files)"),
+    Rule("GET", "/console/{file:path}", OPEN, "open (the console's static files)"),
+    Rule("OPTIONS", "/{rest:path}", OPEN, "open (CORS preflight; no route answers OPTIONS)"),
+    Rule("GET", "/v1/stats", ACCOUNT, "any account"),
+    Rule("POST", "/v1/topics/{topic}/messages", produce, "PUB on the topic; admin if it would be created"),
+    Rule("GET", "/v1/topics/{topic}/messages", _on_topic(Action.SUB), "SUB on the topic"),
+    Rule("GET", "/v1/topics/{topic}/queues/{queue_id}/messages", pull, "SUB on the topic, and on `group`"),
+    Rule(
+        "GET", "/v1/topics/{topic}/queues/{queue_id}/offset", _on_topic(Action.ANY), "PUB or SUB on the topic"
+    ),
+    Rule("GET", "/v1/topics/{topic}/queues", _on_topic(Action.ANY), "PUB or SUB on the topic"),
+    Rule("GET", "/v1/topics/{topic}/route", _on_topic(Action.ANY), "PUB or SUB on the topic"),
+    Rule("GET", "/v1/topics/{topic}", _on_topic(Action.ANY), "PUB or SUB on the topic"),
+    Rule("DELETE", "/v1/topics/{topic}", Need.admin("deleting a topic"), "admin"),
+    Rule("POST", "/v1/topics", Need.admin("creating topics"), "admin"),
+    Rule("GET", "/v1/topics", ACCOUNT, "any account"),
+    Rule("GET", "/v1/messages/{msg_id}", message_by_id, "SUB on the message's topic"),
+    Rule("GET", "/v1/clusters", ACCOUNT, "any account"),
+    Rule("GET", "/v1/groups", ACCOUNT, "any account"),
+    Rule("GET", "/v1/groups/{group}/offsets", read_offsets, "SUB on the group and on each topic"),
+    Rule("PUT", "/v1/groups/{group}/offsets", commit_offsets, "SUB on the group and on each topic"),
+    Rule("*", "/v1/admin/{rest:path}", Need.admin("an operator request (/v1/admin)"), "admin"),
+    Rule("WEBSOCKET", "/v1/ws/subscribe", ws_subscribe, "SUB on the topic, and on `group`"),
+    Rule("WEBSOCKET", "/v1/ws/produce", ws_produce, "PUB on the topic; admin if it would be created"),
+)
+
+_COMPILED = tuple((rule, rule.pattern) for rule in RULES)
+
+
+def match_rule(method: str, path: str) -> tuple[Rule, dict[str, str]] | None:
+    """The first rule for this method and path, and the path's parameters; None when none is."""
+    if method == "HEAD":
+        method = "GET"
+    for rule, pattern in _COMPILED:
+        if rule.method != method and not (rule.method == "*" and method not in ("WEBSOCKET", "OPTIONS")):
+            continue
+        found = pattern.match(path)
+        if found is not None:
+            return rule, found.groupdict()
+    return None
