@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from app.api import admin, cluster, groups, lookup, messages, topics
 from app.api.broker import Broker
+from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
 from app.api.schemas import ErrorEnvelope
@@ -110,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker = None
     install_error_handlers(app)
+    install_edge(app, settings)
     install_openapi(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)
     app.include_router(messages.router)
