@@ -8,10 +8,11 @@ Three ASGI middlewares, outermost first (connection-level limits are in :mod:`ap
   ``WHARF_MAX_REQUEST_BYTES`` for produce, ``WHARF_MAX_ADMIN_REQUEST_BYTES`` for every other body.
   Past the limit the request is answered 413 and the connection closed; never more than the limit
   is handed to the app, and a Content-Length over it is answered before anything is read. It also
-  answers 415 to a POST, PUT, PATCH or DELETE whose Content-Type the route does not take: a route
-  with a JSON body takes only ``application/json`` (UTF-8), and no route but produce takes another
-  type - so a cross-site form (``text/plain``, ``application/x-www-form-urlencoded``,
-  ``multipart/form-data``) can neither produce nor create a topic. Produce checks its own types.
+  answers 415 to a POST, PUT, PATCH or DELETE whose Content-Type the route does not take (as its
+  OpenAPI request body says; JSON only as UTF-8), or that lacks one when the route takes a body;
+  a route that takes no body refuses any type but JSON - so a cross-site form (``text/plain``,
+  ``application/x-www-form-urlencoded``, ``multipart/form-data``) can neither produce nor create a
+  topic. Produce checks its own types (app.api.messages).
 - :class:`OriginGuard`: a WebSocket handshake whose ``Origin`` is neither the broker's own (the
   Host header's or the advertised URL's host and port) nor listed in ``WHARF_CORS_ORIGINS`` is
   answered 403; a handshake without ``Origin`` (not a browser) is let through.
@@ -24,10 +25,8 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import ErrorCode, error_response
@@ -69,7 +68,8 @@ class RequestGuard:
         self.routes_of = routes_of
         self.max_request_bytes = max_request_bytes
         self.max_admin_request_bytes = max_admin_request_bytes
-        self._json_routes: list[APIRoute] | None = None
+        # (method, path pattern, media types) of every route that takes a body.
+        self._bodies: list[tuple[str, re.Pattern[str], frozenset[str]]] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -98,10 +98,11 @@ class RequestGuard:
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         received = 0
         exceeded = False
+        body_complete = False
         response_started = False
 
         async def guarded_receive() -> Message:
-            nonlocal received, exceeded
+            nonlocal received, exceeded, body_complete
             if exceeded:
                 raise BodyTooLarge
             message = await receive()
@@ -110,6 +111,7 @@ class RequestGuard:
                 if received > limit:
                     exceeded = True
                     raise BodyTooLarge
+                body_complete = not message.get("more_body", False)
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -118,6 +120,10 @@ class RequestGuard:
                 return  # whatever the app makes of the BodyTooLarge, the answer is 413
             if message["type"] == "http.response.start":
                 response_started = True
+                if not body_complete:
+                    # Answered without reading the body (a route that takes none, an early
+                    # refusal): closing ends it, instead of reading what may never end.
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
 
         try:
@@ -135,25 +141,39 @@ class RequestGuard:
 
     def _unaccepted_media_type(self, scope: Scope, content_type: str | None) -> str | None:
         """Why the Content-Type is not taken here, or None."""
+        accepted = self._accepted_media_types(scope["method"], scope["path"])
         if content_type is None:
-            if self._takes_json(scope):
-                return f"a {scope['method']} to this path needs Content-Type: {JSON}"
+            if accepted:
+                return f"a {scope['method']} to this path needs Content-Type: {', '.join(sorted(accepted))}"
             return None
         media_type, charset = media_type_of(content_type)
-        if media_type != JSON:
-            return f"Content-Type {media_type!r} is not accepted here: send {JSON}"
-        if charset not in (None, "utf-8", "utf8"):
+        if media_type not in (accepted or {JSON}):
+            return f"Content-Type {media_type!r} is not accepted here: send {', '.join(sorted(accepted or {JSON}))}"
+        if media_type == JSON and charset not in (None, "utf-8", "utf8"):
             return f"JSON is read as UTF-8, not {charset!r}"
         return None
 
-    def _takes_json(self, scope: Scope) -> bool:
-        if self._json_routes is None:
-            self._json_routes = [
-                route
-                for route in self.routes_of.routes
-                if isinstance(route, APIRoute) and route.body_field is not None
-            ]
-        return any(route.matches(scope)[0] is Match.FULL for route in self._json_routes)
+    def _accepted_media_types(self, method: str, path: str) -> frozenset[str]:
+        """The media types the route's request body takes, as the OpenAPI document says; empty
+        for a route that takes no body."""
+        if self._bodies is None:
+            self._bodies = []
+            for template, operations in self.routes_of.openapi().get("paths", {}).items():
+                pattern = re.compile(
+                    "^"
+                    + "/".join(
+                        "[^/]+" if part.startswith("{") else re.escape(part) for part in template.split("/")
+                    )
+                    + "$"
+                )
+                for operation_method, operation in operations.items():
+                    content = operation.get("requestBody", {}).get("content", {})
+                    if content:
+                        self._bodies.append((operation_method.upper(), pattern, frozenset(content)))
+        for body_method, pattern, media_types in self._bodies:
+            if body_method == method and pattern.match(path):
+                return media_types
+        return frozenset()
 
 
 def _host_port(netloc: str, scheme: str) -> tuple[str, int | None] | None:
