@@ -112,6 +112,20 @@ class Settings(BaseSettings):
     # Authentication and ACL (README "Authentication and ACL"): RocketMQ's plain_acl.yml. Empty: off.
     acl_file: str = ""
     acl_reload_interval_ms: int = Field(1_000, ge=0)  # how often a request looks for a changed file
+    # The edge: what one client may cost, CORS and TLS (README "Limits and the edge").
+    max_admin_request_bytes: int = Field(1024 * 1024, ge=1024)  # every body but produce's
+    max_url_bytes: int = Field(8 * 1024, ge=256)
+    max_header_bytes: int = Field(16 * 1024, ge=1024)
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_timeout_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(0, ge=0)  # 0: from the open-file limit at start
+    cors_origins: str = ""  # comma-separated origins, e.g. https://console.example.com
+    tls_certfile: str = ""
+    tls_keyfile: str = ""
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [origin.strip().rstrip("/") for origin in self.cors_origins.split(",") if origin.strip()]
 
     @property
     def resolved_database_url(self) -> str:
@@ -119,7 +133,8 @@ class Settings(BaseSettings):
 
     @property
     def resolved_advertised_url(self) -> str:
-        return self.advertised_url or f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls_certfile else "http"
+        return self.advertised_url or f"{scheme}://{self.host}:{self.port}"
 
     def store_config(self) -> StoreConfig:
         advertised = urlsplit(self.resolved_advertised_url)

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from app.acl import install_acl
 from app.api import admin, cluster, groups, lookup, messages, topics
 from app.api.broker import Broker
+from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
 from app.api.schemas import ErrorEnvelope
@@ -111,6 +112,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker = None
     install_error_handlers(app)
+    # Middlewares: the last added runs first. CORS, then the edge's limits and Origin check, then
+    # the ACL, so that every refusal carries CORS headers and the ACL sees only bounded bodies.
+    install_acl(app, settings)
+    install_edge(app, settings)
     install_openapi(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)
     app.include_router(messages.router)
@@ -121,7 +126,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(ws_router)
     install_console(app)
-    install_acl(app, settings)
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

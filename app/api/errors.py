@@ -39,6 +39,7 @@ class ErrorCode(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 40014
     UNAUTHORIZED = 40101
     FORBIDDEN = 40301
+    ORIGIN_NOT_ALLOWED = 40305
     NOT_FOUND = 40401
     TOPIC_NOT_FOUND = 40402
     QUEUE_NOT_FOUND = 40403
@@ -47,6 +48,7 @@ class ErrorCode(enum.IntEnum):
     CLUSTER_NOT_FOUND = 40406
     METHOD_NOT_ALLOWED = 40501
     NOT_ACCEPTABLE = 40601
+    REQUEST_TIMEOUT = 40801
     WS_CLIENT_IDLE = 40810
     WS_CLIENT_TOO_SLOW = 40811
     TOPIC_EXISTS = 40901
@@ -57,14 +59,17 @@ class ErrorCode(enum.IntEnum):
     REQUEST_TOO_LARGE = 41303
     TOO_MANY_ITEMS = 41304
     WS_FRAME_TOO_LARGE = 41310
+    URI_TOO_LONG = 41401
     UNSUPPORTED_MEDIA_TYPE = 41501
     MISDIRECTED = 42101
     VALIDATION_FAILED = 42201
+    HEADERS_TOO_LARGE = 43101
     INTERNAL_ERROR = 50001
     NOT_READY = 50301
     STORE_CLOSED = 50302
     REGISTRY_UNAVAILABLE = 50303
     RESOURCES_EXHAUSTED = 50304
+    TOO_MANY_CONNECTIONS = 50305
     DISK_FULL = 50701
 
     @property
@@ -95,6 +100,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         " (a WebSocket may send ?token=base64url(accessKey:secretKey) instead)."
     ),
     ErrorCode.FORBIDDEN: "The account lacks the permission the request needs (ACL); nothing was changed.",
+    ErrorCode.ORIGIN_NOT_ALLOWED: (
+        "A WebSocket handshake came from a web page whose Origin is neither the broker's own nor one of "
+        "WHARF_CORS_ORIGINS."
+    ),
     ErrorCode.NOT_FOUND: "No such path.",
     ErrorCode.TOPIC_NOT_FOUND: "The topic does not exist.",
     ErrorCode.QUEUE_NOT_FOUND: "The queue does not exist in the topic.",
@@ -111,20 +120,33 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "WebSocket close 1013: the client did not take a frame within WHARF_WS_SEND_TIMEOUT_S while"
         " WHARF_WS_MAX_QUEUED_BYTES waited for it; unacknowledged messages come again."
     ),
+    ErrorCode.REQUEST_TIMEOUT: (
+        "The request's headers did not arrive within WHARF_HEADER_TIMEOUT_S; the connection is closed."
+    ),
     ErrorCode.TOPIC_EXISTS: "A topic with that name exists with a different configuration.",
     ErrorCode.TOPIC_NOT_WRITABLE: "The topic's permission forbids producing.",
     ErrorCode.TOPIC_NOT_READABLE: "The topic's permission forbids pulling.",
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
-    ErrorCode.REQUEST_TOO_LARGE: "The request body is over the request size limit.",
+    ErrorCode.REQUEST_TOO_LARGE: (
+        "The request body is over its limit (WHARF_MAX_REQUEST_BYTES for produce, "
+        "WHARF_MAX_ADMIN_REQUEST_BYTES for the rest); nothing of it was used and the connection is closed."
+    ),
     ErrorCode.TOO_MANY_ITEMS: "A bulk request lists more items than its cap (1,000 topics per create).",
     ErrorCode.WS_FRAME_TOO_LARGE: (
         "WebSocket close 1009: a client frame is over WHARF_WS_MAX_FRAME_BYTES"
         " (WHARF_WS_PRODUCE_MAX_FRAME_BYTES on /v1/ws/produce)."
     ),
-    ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The Content-Type is not one the path accepts.",
+    ErrorCode.URI_TOO_LONG: "The request's URL is over WHARF_MAX_URL_BYTES; the connection is closed.",
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: (
+        "The Content-Type is missing or not one the path accepts (JSON bodies: application/json)."
+    ),
     ErrorCode.MISDIRECTED: "This broker does not host the topic; `brokers` lists the addresses of those that do.",
     ErrorCode.VALIDATION_FAILED: "A field has the wrong type or is missing.",
+    ErrorCode.HEADERS_TOO_LARGE: (
+        "The request's headers are over WHARF_MAX_HEADER_BYTES (or, for a WebSocket handshake, a header "
+        "line is over 8,192 bytes or there are more than 128); the connection is closed."
+    ),
     ErrorCode.INTERNAL_ERROR: "An unexpected fault; it is logged. Please report it.",
     ErrorCode.NOT_READY: "The broker is starting or stopping.",
     ErrorCode.STORE_CLOSED: "The store is closed.",
@@ -132,6 +154,9 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     "creation and deletion, and unknown topics wait for it; produce and pull on this broker's topics go on.",
     ErrorCode.RESOURCES_EXHAUSTED: (
         "The broker is out of open files or memory mappings: nothing of the request was stored; retry later."
+    ),
+    ErrorCode.TOO_MANY_CONNECTIONS: (
+        "The broker holds WHARF_MAX_CONNECTIONS connections already; this one is answered and closed. Retry."
     ),
     ErrorCode.DISK_FULL: (
         "The store's disk is over its refuse-writes ratio or has no room for a new segment: nothing of "

@@ -21,6 +21,7 @@ from app.api.codec import (
     parse_batch,
     record_to_json,
 )
+from app.api.edge import media_type_of
 from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import ErrorEnvelope, MessageIn, ProduceRequest, ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
@@ -79,8 +80,26 @@ _PRODUCE_BODY = {
 }
 
 
+PRODUCE_MEDIA_TYPES = (JSON, NDJSON, OCTET_STREAM, BATCH_MEDIA_TYPE)
+
+
 def _media_type(request: Request) -> str:
-    return request.headers.get("content-type", JSON).split(";", 1)[0].strip().lower() or JSON
+    """The body's media type; a missing or unknown one is refused before the body is read (415)."""
+    content_type = request.headers.get("content-type")
+    if content_type is None:
+        raise ApiError(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            f"a produce needs a Content-Type: {', '.join(PRODUCE_MEDIA_TYPES)}",
+        )
+    media_type, charset = media_type_of(content_type)
+    if media_type not in PRODUCE_MEDIA_TYPES:
+        raise ApiError(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            f"Content-Type {media_type!r} is not accepted: use {', '.join(PRODUCE_MEDIA_TYPES)}",
+        )
+    if media_type in (JSON, NDJSON) and charset not in (None, "utf-8", "utf8"):
+        raise ApiError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, f"JSON is read as UTF-8, not {charset!r}")
+    return media_type
 
 
 def incoming_from_model(item: MessageIn) -> IncomingMessage:
@@ -214,14 +233,9 @@ _PRODUCE_PARAMETERS = {
 )
 async def produce(topic: str, request: Request) -> Response:
     broker = await get_broker(request)
-    length = request.headers.get("content-length")
-    limit = broker.settings.max_request_bytes
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(ErrorCode.REQUEST_TOO_LARGE, f"request body is {length} bytes, the limit is {limit}")
     media_type = _media_type(request)
+    # The body is bounded by WHARF_MAX_REQUEST_BYTES while it streams in (app.api.edge.RequestGuard).
     raw = await request.body()
-    if len(raw) > limit:
-        raise ApiError(ErrorCode.REQUEST_TOO_LARGE, f"request body is {len(raw)} bytes, the limit is {limit}")
     if media_type == JSON:
         batch = _parse_json(raw)
     elif media_type == BATCH_MEDIA_TYPE:
@@ -231,13 +245,8 @@ async def produce(topic: str, request: Request) -> Response:
             raise ApiError(ErrorCode.MALFORMED_BATCH, str(exc)) from None
     elif media_type == NDJSON:
         batch = _parse_ndjson(raw)
-    elif media_type == OCTET_STREAM:
-        batch = [_raw_body_message(raw, request.query_params)]
     else:
-        raise ApiError(
-            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-            f"Content-Type {media_type!r} is not accepted: use {JSON}, {NDJSON}, {OCTET_STREAM} or {BATCH_MEDIA_TYPE}",
-        )
+        batch = [_raw_body_message(raw, request.query_params)]
     if not batch:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
     results = await broker.produce(topic, batch)

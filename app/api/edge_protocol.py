@@ -1,0 +1,208 @@
+"""The broker's HTTP/1.1 connection: uvicorn's httptools protocol with the edge's limits.
+
+Uvicorn's protocol waits for header bytes as long as a client dribbles them, keeps a URL and
+headers of any size, and refuses in plain text. :class:`EdgeHttpProtocol` adds, per connection:
+
+- a deadline for a request's headers (slowloris): armed when the connection opens and when a
+  request begins, cancelled when its headers are complete. A connection that sent nothing is
+  closed silently; one in the middle of its headers is answered 408 and closed.
+- limits on the URL (414) and the headers (431). A header is handed over only once complete, so
+  the bytes read while the headers are incomplete are bounded too. A WebSocket handshake is also
+  held to the websockets library's own limits (a line of 8,192 bytes, 128 headers): past them
+  the library's parser would never answer.
+- a cap on open connections: one over it is answered 503 at once and closed, before its request
+  is read, so that a flood holds at most the cap plus the listen backlog in descriptors.
+- the error envelope for every refusal, the parser's own 400 included.
+
+Every refusal closes the connection: after it, nothing on the connection can be trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any, ClassVar
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
+
+from app.api.errors import ErrorCode
+
+# "GET " + url + " HTTP/1.1\r\n": the request line's bytes besides the method and the URL.
+REQUEST_LINE_OVERHEAD = len(b"  HTTP/1.1\r\n")
+# ": " and "\r\n" around each header's name and value.
+HEADER_LINE_OVERHEAD = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class EdgeLimits:
+    max_url_bytes: int
+    max_header_bytes: int
+    header_timeout_s: float
+    max_connections: int
+
+    @property
+    def max_head_bytes(self) -> int:
+        """Bytes a request may send before its headers are complete: its URL, headers and lines."""
+        return self.max_url_bytes + self.max_header_bytes + 1024
+
+
+class RequestRefused(Exception):
+    """Raised inside a parser callback: the request is answered ``code`` and the connection closed."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class EdgeHttpProtocol(HttpToolsProtocol):
+    """Subclassed per server by :func:`protocol_class`, which sets :attr:`limits`."""
+
+    limits: ClassVar[EdgeLimits]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._in_headers = False
+        self._head_bytes = 0
+        self._header_bytes = 0
+        self._refusal: RequestRefused | None = None
+
+    # Connection lifecycle.
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self.refuse(
+                ErrorCode.TOO_MANY_CONNECTIONS,
+                f"the broker holds {self.limits.max_connections} connections already; retry later",
+            )
+            return
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        super().data_received(data)
+        if self._in_headers and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_head_bytes:
+                self.refuse(
+                    ErrorCode.HEADERS_TOO_LARGE,
+                    f"the request's headers are over {self.limits.max_header_bytes} bytes",
+                )
+
+    # Parser callbacks.
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers = True
+        self._head_bytes = 0
+        self._header_bytes = 0
+        if self._header_timer is None:
+            self._arm_header_timer()
+
+    def on_url(self, url: bytes) -> None:
+        if len(self.url) + len(url) > self.limits.max_url_bytes:
+            raise self._refused(ErrorCode.URI_TOO_LONG, f"the URL is over {self.limits.max_url_bytes} bytes")
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + HEADER_LINE_OVERHEAD
+        if self._header_bytes > self.limits.max_header_bytes:
+            raise self._refused(
+                ErrorCode.HEADERS_TOO_LARGE,
+                f"the request's headers are over {self.limits.max_header_bytes} bytes",
+            )
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        self._cancel_header_timer()
+        if self.parser.should_upgrade() and self._should_upgrade():
+            self._check_handshake_lines()
+        super().on_headers_complete()
+
+    def _check_handshake_lines(self) -> None:
+        line = len(self.parser.get_method()) + len(self.url) + REQUEST_LINE_OVERHEAD
+        if line > MAX_LINE_LENGTH:
+            raise self._refused(
+                ErrorCode.URI_TOO_LONG,
+                f"a WebSocket handshake's request line is over {MAX_LINE_LENGTH} bytes",
+            )
+        if len(self.headers) > MAX_NUM_HEADERS or any(
+            len(name) + len(value) + HEADER_LINE_OVERHEAD > MAX_LINE_LENGTH for name, value in self.headers
+        ):
+            raise self._refused(
+                ErrorCode.HEADERS_TOO_LARGE,
+                f"a WebSocket handshake may have {MAX_NUM_HEADERS} headers of {MAX_LINE_LENGTH} bytes at most",
+            )
+
+    # Refusals.
+
+    def _refused(self, code: ErrorCode, message: str) -> RequestRefused:
+        # The parser turns an exception raised in a callback into its own error, caught by
+        # data_received, which calls send_400_response: the refusal waits here for it.
+        self._refusal = RequestRefused(code, message)
+        return self._refusal
+
+    def send_400_response(self, msg: str) -> None:
+        refusal, self._refusal = self._refusal, None
+        if refusal is None:
+            self.refuse(ErrorCode.BAD_REQUEST, "the request is not valid HTTP/1.1")
+        else:
+            self.refuse(refusal.code, refusal.message)
+
+    def refuse(self, code: ErrorCode, message: str) -> None:
+        """Answer ``code`` in the envelope and close the connection."""
+        self._cancel_header_timer()
+        self._in_headers = False
+        if self.transport.is_closing():
+            return
+        body = orjson.dumps({"error_code": int(code), "message": message})
+        content = [STATUS_LINE[code.http_status]]
+        for name, value in self.server_state.default_headers:
+            content.extend([name, b": ", value, b"\r\n"])
+        content.extend(
+            [
+                b"content-type: application/json\r\n",
+                b"content-length: %d\r\n" % len(body),
+                b"connection: close\r\n\r\n",
+                body,
+            ]
+        )
+        self.transport.write(b"".join(content))
+        self.transport.close()
+
+    # The header deadline.
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(self.limits.header_timeout_s, self._headers_timed_out)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_timed_out(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing():
+            return
+        if self._in_headers:
+            self.refuse(
+                ErrorCode.REQUEST_TIMEOUT,
+                f"the request's headers did not arrive within {self.limits.header_timeout_s:g} s",
+            )
+        else:
+            self.transport.close()
+
+
+def protocol_class(limits: EdgeLimits) -> type[EdgeHttpProtocol]:
+    """The protocol uvicorn instantiates per connection (its ``http`` option), bound to ``limits``."""
+    return type("EdgeHttpProtocol", (EdgeHttpProtocol,), {"limits": limits})
