@@ -91,6 +91,9 @@ def server_config(app: FastAPI, settings: Settings, **overrides: object) -> uvic
         "backlog": budget.backlog,
         "loop": "uvloop",
         "http": protocol_class(limits),
+        # The WebSocket library refuses (1009) a frame far over the largest cap before reading it
+        # whole; frames just over a cap reach the endpoint, which closes with Wharf's reason.
+        "ws_max_size": max(settings.ws_max_frame_bytes, settings.ws_produce_max_frame_bytes) + 64 * 1024,
     }
     if settings.tls_certfile:
         options["ssl_certfile"] = settings.tls_certfile
