@@ -88,6 +88,9 @@ def test_a_topic_from_creation_to_deletion(
     expand.click()
     expect(body).to_have_text(LONG_BODY)
     expect(expand).to_have_attribute("aria-expanded", "true")
+    # Readable where it is: not squeezed into a column a few characters wide.
+    width = page.viewport_size["width"]
+    assert message.locator("td.body-cell").bounding_box()["width"] >= min(width / 2, 160)
     assert_no_horizontal_overflow(page)
 
     # Reset a group's offsets to the first message.
@@ -159,7 +162,11 @@ def test_reset_to_a_time_takes_the_time_as_local(
 def test_the_rate_chart_has_a_time_axis_in_local_time(
     pages: Pages, broker: BrokerProcess, client: httpx.Client, size: tuple[int, int]
 ) -> None:
+    steady = f"console-steady-{size[0]}"
+    assert client.post("/v1/topics", json={"name": steady, "queues": 1}).status_code == 201
     page = open_console(pages, broker, size, timezone_id=ZONE)
+    steady_row = page.locator(f'#topics-table tr[data-topic="{steady}"]').element_handle()
+    refreshes = int(page.locator("body").get_attribute("data-refreshes"))
     ticks = page.locator("#rate-chart .x-axis .tick")
     expect(ticks.first).to_be_attached()
     assert ticks.count() >= 2
@@ -175,4 +182,8 @@ def test_the_rate_chart_has_a_time_axis_in_local_time(
     # A produce shows as a rise of the produced line once two refreshes have counted it.
     client.post("/v1/topics/console-rate/messages", json={"messages": [{"body": "r"}] * 20})
     page.wait_for_function(RISEN, arg="#rate-chart path.line.produce")
+    # The refreshes that drew it kept the row of a topic that did not change: no button of it was
+    # taken away from under a pointer.
+    assert int(page.locator("body").get_attribute("data-refreshes")) > refreshes
+    assert steady_row.evaluate("row => row.isConnected")
     assert_no_horizontal_overflow(page)

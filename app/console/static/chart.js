@@ -74,8 +74,8 @@ export function drawRates(container, samples, windowMs, now = Date.now()) {
   const xAxis = svg("g", { class: "x-axis" });
   const baseline = MARGIN.top + plotHeight;
   xAxis.append(svg("line", { x1: MARGIN.left, x2: width - MARGIN.right, y1: baseline, y2: baseline, class: "axis" }));
-  const offsetMs = new Date(now).getTimezoneOffset() * 60_000; // round in local time (zones off by 30 min)
-  for (let t = Math.ceil((start - offsetMs) / tickMs) * tickMs + offsetMs; t <= now; t += tickMs) {
+  // Every time zone is a whole number of quarter hours from UTC: a round UTC time is a round local one.
+  for (let t = Math.ceil(start / tickMs) * tickMs; t <= now; t += tickMs) {
     const tick = svg("g", { class: "tick", "data-t": t });
     tick.append(svg("line", { x1: x(t), x2: x(t), y1: baseline, y2: baseline + 4, class: "axis" }));
     // A label near an edge is anchored inside the chart rather than cut.

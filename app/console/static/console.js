@@ -27,6 +27,30 @@ function replaceRows(tbody, rows, empty = "none yet") {
   }
 }
 
+/**
+ * Sets `tbody`'s rows to one per item, keeping the row of an item that has not changed: a refresh
+ * every 2 s must not take a button away from under a finger or a pointer.
+ */
+function updateRows(tbody, items, keyOf, render, empty) {
+  const old = new Map();
+  for (const row of tbody.children) if (row.dataset.key !== undefined) old.set(row.dataset.key, row);
+  const rows = items.map((item) => {
+    const key = keyOf(item);
+    const signature = JSON.stringify([item, confirmingDelete === key]);
+    const kept = old.get(key);
+    if (kept && kept.dataset.signature === signature) return kept;
+    const row = render(item);
+    row.dataset.key = key;
+    row.dataset.signature = signature;
+    return row;
+  });
+  const current = [...tbody.children];
+  if (!rows.length && current.length === 1 && current[0].classList.contains("empty")) return;
+  if (rows.length !== current.length || rows.some((row, index) => row !== current[index])) {
+    replaceRows(tbody, rows, empty);
+  }
+}
+
 function show(node, text, bad = false) {
   node.textContent = text;
   node.classList.toggle("error", bad);
@@ -177,7 +201,7 @@ function renderOverview(data) {
   $("#stat-held").textContent = formatNumber(data.stats.held_pulls);
   $("#stat-commitlog").textContent = formatNumber(data.stats.commitlog_max_offset);
 
-  replaceRows($("#topics-table tbody"), data.topics.map((topic) => el("tr", { "data-topic": topic.name }, [
+  updateRows($("#topics-table tbody"), data.topics, (topic) => topic.name, (topic) => el("tr", { "data-topic": topic.name }, [
     cell("topic", topic.name, "name"),
     cell("read / write queues", `${topic.read_queues} / ${topic.write_queues}`),
     cell("perm", String(topic.perm)),
@@ -185,9 +209,9 @@ function renderOverview(data) {
     cell("queues", topic.queues.map((queue) =>
       el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}` }))),
     cell("actions", topicActions(topic.name)),
-  ])), "no topic yet");
+  ]), "no topic yet");
 
-  replaceRows($("#groups-table tbody"), data.groups.map((group) => el("tr", { "data-group": group.group, "data-topic": group.topic }, [
+  updateRows($("#groups-table tbody"), data.groups, (group) => `${group.group}\0${group.topic}`, (group) => el("tr", { "data-group": group.group, "data-topic": group.topic }, [
     cell("group", group.group, "name"),
     cell("topic", group.topic),
     cell("subscribers", String(group.subscribers)),
@@ -197,7 +221,7 @@ function renderOverview(data) {
       text: `#${queue.queue_id}: lag ${queue.lag} (${queue.committed_offset ?? "-"} / ${queue.max_offset})`,
     }))),
     cell("actions", groupActions(group.group, group.topic)),
-  ])), "no consumer group has an offset yet");
+  ]), "no consumer group has an offset yet");
 
   paging.topics.next = data.topics_next_cursor;
   paging.groups.next = data.groups_next_cursor;
@@ -251,6 +275,7 @@ async function refresh() {
     if (seq !== refreshes) return; // a newer refresh (a page turned meanwhile) answers instead
     reachable(true);
     renderOverview(data);
+    document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
     badge.textContent = "live";
     badge.className = "badge ok";
   } catch (error) {
