@@ -50,6 +50,8 @@ def test_a_topic_from_creation_to_deletion(
 
     # Create a topic.
     assert_reachable(page, page.locator("#create-topic"))
+    page.fill("#create-topic-name", "no spaces")  # the browser checks a name before it is sent
+    assert page.eval_on_selector("#create-topic-name", "input => input.validity.patternMismatch")
     page.fill("#create-topic-name", topic)
     page.fill("#create-topic-queues", "2")
     page.click("#create-topic")

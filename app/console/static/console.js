@@ -9,6 +9,7 @@ const TAIL_CREDIT = 100;
 const TAIL_ROWS = 200;
 const BROWSE_PER_QUEUE = 20;
 const BROWSE_ROWS = 50;
+const BROWSE_PARALLEL = 8;
 const PAGE = 100;
 
 const $ = (selector) => document.querySelector(selector);
@@ -68,8 +69,11 @@ function showAccount() {
 function openSignIn(rejected) {
   const form = $("#signin");
   const error = $("#signin-error");
-  error.hidden = !rejected;
-  error.textContent = rejected ? "The broker did not accept this access key and secret key." : "";
+  if (rejected || form.hidden) {
+    // A refresh refused while the form is open leaves its message alone.
+    error.hidden = !rejected;
+    error.textContent = rejected ? "The broker did not accept this access key and secret key." : "";
+  }
   if (form.hidden) {
     form.hidden = false;
     $("#signin-secret").value = "";
@@ -333,12 +337,17 @@ async function browse(event) {
   const only = $("#browse-queue").value;
   try {
     const { queues } = await api(`/v1/topics/${path(topic)}/queues`, { action: `read topic ${topic}` });
-    const chosen = only === "" ? queues : queues.filter((queue) => queue.queue_id === Number(only));
-    const answers = await Promise.all(chosen.map((queue) => {
-      const offset = Math.max(queue.min_offset, queue.max_offset - BROWSE_PER_QUEUE);
-      return api(`/v1/topics/${path(topic)}/queues/${queue.queue_id}/messages?offset=${offset}&max_messages=${BROWSE_PER_QUEUE}`,
-        { action: `read topic ${topic}` });
-    }));
+    const chosen = queues.filter((queue) =>
+      (only === "" || queue.queue_id === Number(only)) && queue.max_offset > queue.min_offset);
+    const answers = [];
+    // A few pulls at a time: a topic may have a thousand queues.
+    for (let start = 0; start < chosen.length; start += BROWSE_PARALLEL) {
+      answers.push(...await Promise.all(chosen.slice(start, start + BROWSE_PARALLEL).map((queue) => {
+        const offset = Math.max(queue.min_offset, queue.max_offset - BROWSE_PER_QUEUE);
+        return api(`/v1/topics/${path(topic)}/queues/${queue.queue_id}/messages?offset=${offset}&max_messages=${BROWSE_PER_QUEUE}`,
+          { action: `read topic ${topic}` });
+      })));
+    }
     const messages = answers.flatMap((answer) => answer.messages)
       .sort((a, b) => b.store_timestamp - a.store_timestamp || b.queue_offset - a.queue_offset)
       .slice(0, BROWSE_ROWS);
