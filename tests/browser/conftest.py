@@ -2,8 +2,9 @@
 
 The browser tests need ``/usr/bin/chromium`` (or ``WHARF_CHROMIUM``) and the ``playwright`` package;
 Playwright's own browser downloads are never used. Without them the tests are skipped with the
-reason, except in CI (``CI`` set), where a missing browser is a failure: CI must run them. A failing
-test leaves a screenshot and the page's HTML in ``tmp/artifacts/`` (or ``WHARF_ARTIFACTS_DIR``).
+reason, except in CI (``CI`` set), where a missing browser is a failure: CI must run them. Screenshots
+go to ``tmp/artifacts/`` (or ``WHARF_ARTIFACTS_DIR``): the ones tests take on purpose on every run, and
+a screenshot with the page's HTML of every page of a failing test.
 """
 
 from __future__ import annotations
@@ -72,22 +73,67 @@ def browser() -> Iterator[Any]:
         browser.close()
 
 
+class Pages:
+    """Opens pages, each in a browser context of its own (its own sessionStorage, cookies and
+    viewport); on a failed test their screenshots and HTML are kept in the artifacts directory."""
+
+    def __init__(self, browser: Any, request: pytest.FixtureRequest) -> None:
+        self.browser = browser
+        self.request = request
+        self.opened: list[tuple[Any, Any, list[str]]] = []
+
+    def open(
+        self, base_url: str, *, width: int = 1280, height: int = 1000, timezone_id: str | None = None
+    ) -> Any:
+        options: dict[str, Any] = {"base_url": base_url, "viewport": {"width": width, "height": height}}
+        if timezone_id is not None:
+            options["timezone_id"] = timezone_id
+        context = self.browser.new_context(**options)
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        self.opened.append((context, page, errors))
+        return page
+
+    def close(self) -> list[str]:
+        """Close every page; the JavaScript errors they raised."""
+        report = getattr(self.request.node, "report_call", None)
+        failed = report is not None and report.failed
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.request.node.nodeid)
+        errors: list[str] = []
+        for index, (context, page, page_errors) in enumerate(self.opened):
+            if failed and not page.is_closed():
+                ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+                stem = ARTIFACTS_DIR / (name if index == 0 else f"{name}.{index}")
+                page.screenshot(path=f"{stem}.png", full_page=True)
+                Path(f"{stem}.html").write_text(page.content())
+                if page_errors:
+                    Path(f"{stem}.errors.txt").write_text("\n".join(page_errors))
+            errors.extend(page_errors)
+            context.close()
+        return errors
+
+
 @pytest.fixture
-def page(browser: Any, broker: BrokerProcess, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A fresh page; on failure its screenshot and HTML are kept in the artifacts directory."""
-    context = browser.new_context(base_url=broker.url, viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    console_errors: list[str] = []
-    page.on("pageerror", lambda error: console_errors.append(str(error)))
-    yield page
-    report = getattr(request.node, "report_call", None)
-    if report is not None and report.failed:
-        ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in request.node.nodeid)
-        page.screenshot(path=str(ARTIFACTS_DIR / f"{name}.png"), full_page=True)
-        (ARTIFACTS_DIR / f"{name}.html").write_text(page.content())
-        if console_errors:
-            (ARTIFACTS_DIR / f"{name}.errors.txt").write_text("\n".join(console_errors))
-    context.close()
-    assert not console_errors, f"JavaScript errors on the page: {console_errors}"
+def pages(browser: Any, request: pytest.FixtureRequest) -> Iterator[Pages]:
+    opened = Pages(browser, request)
+    yield opened
+    errors = opened.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture
+def page(pages: Pages, broker: BrokerProcess) -> Any:
+    """A fresh page on the module's broker, 1280 x 1000."""
+    return pages.open(broker.url)
+
+
+def save_screenshot(page: Any, case: str) -> Path:
+    """Keep a full-page screenshot as ``console-<case>-<width>x<height>.png`` for a person to look at,
+    whatever the outcome."""
+    size = page.viewport_size
+    ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS_DIR / f"console-{case}-{size['width']}x{size['height']}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

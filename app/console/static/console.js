@@ -1,41 +1,22 @@
 // Wharf console: plain JavaScript over the broker's HTTP API and WebSocket subscription.
-"use strict";
+import { ApiError, api, clearCredentials, credentials, on, saveCredentials, socketToken } from "./api.js";
+import { drawRates } from "./chart.js";
+import { cell, el, formatTime, messageHead, messageRow, messageTable } from "./messages.js";
 
 const REFRESH_MS = 2000;
+const RATE_WINDOW_MS = 120_000;
 const TAIL_CREDIT = 100;
 const TAIL_ROWS = 200;
-const RATE_POINTS = 60;
+const BROWSE_PER_QUEUE = 20;
+const BROWSE_ROWS = 50;
+const BROWSE_PARALLEL = 8;
+const PAGE = 100;
 
 const $ = (selector) => document.querySelector(selector);
-
-function el(tag, props = {}, children = []) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(props)) {
-    if (name === "text") node.textContent = value;
-    else if (name === "className") node.className = value;
-    else node.setAttribute(name, value);
-  }
-  for (const child of children) node.append(child);
-  return node;
-}
-
-async function api(path, options = {}) {
-  const response = await fetch(path, options);
-  const text = await response.text();
-  const body = text ? JSON.parse(text) : null;
-  if (!response.ok) {
-    const message = body && body.message ? `${body.error_code}: ${body.message}` : `HTTP ${response.status}`;
-    throw new Error(message);
-  }
-  return body;
-}
+const path = (name) => encodeURIComponent(name);
 
 function formatNumber(value) {
   return Number(value).toLocaleString("en-US");
-}
-
-function formatTime(ms) {
-  return ms ? new Date(ms).toLocaleTimeString() : "-";
 }
 
 function replaceRows(tbody, rows, empty = "none yet") {
@@ -47,10 +28,110 @@ function replaceRows(tbody, rows, empty = "none yet") {
   }
 }
 
+/**
+ * Sets `tbody`'s rows to one per item, keeping the row of an item that has not changed: a refresh
+ * every 2 s must not take a button away from under a finger or a pointer.
+ */
+function updateRows(tbody, items, keyOf, render, empty) {
+  const old = new Map();
+  for (const row of tbody.children) if (row.dataset.key !== undefined) old.set(row.dataset.key, row);
+  const rows = items.map((item) => {
+    const key = keyOf(item);
+    const signature = JSON.stringify([item, confirmingDelete === key]);
+    const kept = old.get(key);
+    if (kept && kept.dataset.signature === signature) return kept;
+    const row = render(item);
+    row.dataset.key = key;
+    row.dataset.signature = signature;
+    return row;
+  });
+  const current = [...tbody.children];
+  if (!rows.length && current.length === 1 && current[0].classList.contains("empty")) return;
+  if (rows.length !== current.length || rows.some((row, index) => row !== current[index])) {
+    replaceRows(tbody, rows, empty);
+  }
+}
+
+function show(node, text, bad = false) {
+  node.textContent = text;
+  node.classList.toggle("error", bad);
+  node.classList.toggle("muted", !bad);
+}
+
+// -- sign-in, "not allowed", "broker unreachable" ------------------------------------------------
+
+function showAccount() {
+  const stored = credentials();
+  $("#account").hidden = !stored;
+  $("#account-name").textContent = stored ? `signed in as ${stored.accessKey}` : "";
+}
+
+function openSignIn(rejected) {
+  const form = $("#signin");
+  const error = $("#signin-error");
+  if (rejected || form.hidden) {
+    // A refresh refused while the form is open leaves its message alone.
+    error.hidden = !rejected;
+    error.textContent = rejected ? "The broker did not accept this access key and secret key." : "";
+  }
+  if (form.hidden) {
+    form.hidden = false;
+    $("#signin-secret").value = "";
+    $(rejected ? "#signin-secret" : "#signin-access").focus();
+  }
+  stopTail();
+  showAccount();
+  $("#connection").textContent = "sign-in needed";
+  $("#connection").className = "badge bad";
+}
+
+function signIn(event) {
+  event.preventDefault();
+  saveCredentials($("#signin-access").value.trim(), $("#signin-secret").value);
+  $("#signin").hidden = true;
+  showAccount();
+  refresh();
+  renderClusters();
+}
+
+function signOut() {
+  clearCredentials();
+  // A fresh page forgets everything the broker showed to the account.
+  location.reload();
+}
+
+const NOTICES = 3;
+
+/** Shows `text` on top of the notices (once: a refresh refused every 2 s does not push the others out). */
+function showNotice(text) {
+  const list = $("#notice-list");
+  for (const item of list.children) if (item.textContent === text) item.remove();
+  list.prepend(el("li", { text }));
+  while (list.children.length > NOTICES) list.lastElementChild.remove();
+  $("#notice").hidden = false;
+}
+
+on("signInNeeded", openSignIn);
+on("forbidden", showNotice);
+
+let unreachableSince = null;
+
+function reachable(ok, reason = "") {
+  const banner = $("#unreachable");
+  if (ok) {
+    unreachableSince = null;
+    banner.hidden = true;
+    return;
+  }
+  unreachableSince ??= Date.now();
+  $("#unreachable-reason").textContent = reason;
+  $("#unreachable-since").textContent = formatTime(unreachableSince);
+  banner.hidden = false;
+}
+
 // -- overview, topics, groups ------------------------------------------------------------------
 
-const history = [];
-const PAGE = 100;
+const samples = [];
 
 // Where each list is: the cursors of the pages before the one shown (null: the first page), and
 // the cursor of the next page as the last answer gave it.
@@ -77,6 +158,43 @@ function turnPage(name, forward) {
   refresh();
 }
 
+// The topic whose delete waits for a second click; it survives the table's redraws.
+let confirmingDelete = null;
+
+function topicActions(name) {
+  if (confirmingDelete === name) {
+    const yes = el("button", { type: "button", className: "danger confirm-delete", text: "Yes, delete" });
+    const no = el("button", { type: "button", className: "cancel-delete", text: "Cancel" });
+    yes.addEventListener("click", () => deleteTopic(name));
+    no.addEventListener("click", () => {
+      confirmingDelete = null;
+      refresh();
+    });
+    return el("div", { className: "actions" }, [
+      el("span", { className: "error", text: `Delete ${name} and all its messages?` }), yes, no,
+    ]);
+  }
+  const browse = el("button", { type: "button", className: "browse", text: "Messages" });
+  const remove = el("button", { type: "button", className: "danger delete-topic", text: "Delete" });
+  browse.addEventListener("click", () => browseTopic(name));
+  remove.addEventListener("click", () => {
+    confirmingDelete = name;
+    refresh();
+  });
+  return el("div", { className: "actions" }, [browse, remove]);
+}
+
+function groupActions(group, topic) {
+  const reset = el("button", { type: "button", className: "reset-group", text: "Reset offsets" });
+  reset.addEventListener("click", () => {
+    $("#reset-group").value = group;
+    $("#reset-topic").value = topic;
+    $("#reset-form").scrollIntoView({ block: "center" });
+    $("#reset-to").focus();
+  });
+  return el("div", { className: "actions" }, [reset]);
+}
+
 function renderOverview(data) {
   const broker = data.broker;
   $("#broker-identity").textContent =
@@ -87,85 +205,55 @@ function renderOverview(data) {
   $("#stat-held").textContent = formatNumber(data.stats.held_pulls);
   $("#stat-commitlog").textContent = formatNumber(data.stats.commitlog_max_offset);
 
-  replaceRows($("#topics-table tbody"), data.topics.map((topic) => el("tr", { "data-topic": topic.name }, [
-    el("td", { text: topic.name }),
-    el("td", { text: `${topic.read_queues} / ${topic.write_queues}` }),
-    el("td", { text: String(topic.perm) }),
-    el("td", { text: formatNumber(topic.messages) }),
-    el("td", {}, topic.queues.map((queue) =>
+  updateRows($("#topics-table tbody"), data.topics, (topic) => topic.name, (topic) => el("tr", { "data-topic": topic.name }, [
+    cell("topic", topic.name, "name"),
+    cell("read / write queues", `${topic.read_queues} / ${topic.write_queues}`),
+    cell("perm", String(topic.perm)),
+    cell("messages", formatNumber(topic.messages)),
+    cell("queues", topic.queues.map((queue) =>
       el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}` }))),
-  ])), "no topic yet");
+    cell("actions", topicActions(topic.name)),
+  ]), "no topic yet");
 
-  replaceRows($("#groups-table tbody"), data.groups.map((group) => el("tr", { "data-group": group.group }, [
-    el("td", { text: group.group }),
-    el("td", { text: group.topic }),
-    el("td", { text: String(group.subscribers) }),
-    el("td", { text: formatNumber(group.lag) }),
-    el("td", {}, group.queues.map((queue) => el("span", {
+  updateRows($("#groups-table tbody"), data.groups, (group) => `${group.group}\0${group.topic}`, (group) => el("tr", { "data-group": group.group, "data-topic": group.topic }, [
+    cell("group", group.group, "name"),
+    cell("topic", group.topic),
+    cell("subscribers", String(group.subscribers)),
+    cell("lag", formatNumber(group.lag)),
+    cell("lag per queue", group.queues.map((queue) => el("span", {
       className: "queue",
       text: `#${queue.queue_id}: lag ${queue.lag} (${queue.committed_offset ?? "-"} / ${queue.max_offset})`,
     }))),
-  ])), "no consumer group has an offset yet");
+    cell("actions", groupActions(group.group, group.topic)),
+  ]), "no consumer group has an offset yet");
 
   paging.topics.next = data.topics_next_cursor;
   paging.groups.next = data.groups_next_cursor;
   showPage("topics", data.totals.topics, data.topics.length);
   showPage("groups", data.totals.groups, data.groups.length);
 
-  const names = $("#topic-names");
-  names.replaceChildren(...data.topics.map((topic) => el("option", { value: topic.name })));
+  $("#topic-names").replaceChildren(...data.topics.map((topic) => el("option", { value: topic.name })));
 
-  history.push({ t: performance.now(), stored: data.totals.stored, consumed: data.totals.consumed });
-  if (history.length > RATE_POINTS + 1) history.shift();
-  drawRates();
-}
-
-function drawRates() {
-  const canvas = $("#rate-chart");
-  const context = canvas.getContext("2d");
-  const { width, height } = canvas;
-  context.clearRect(0, 0, width, height);
-  const rates = [];
-  for (let i = 1; i < history.length; i++) {
-    const seconds = (history[i].t - history[i - 1].t) / 1000 || 1;
-    rates.push({
-      produce: Math.max(0, (history[i].stored - history[i - 1].stored) / seconds),
-      consume: Math.max(0, (history[i].consumed - history[i - 1].consumed) / seconds),
-    });
-  }
-  const peak = Math.max(1, ...rates.map((rate) => Math.max(rate.produce, rate.consume)));
-  context.fillStyle = "#6b7385";
-  context.font = "11px sans-serif";
-  context.fillText(`${Math.round(peak)}/s`, 4, 12);
-  const step = width / RATE_POINTS;
-  for (const [field, color] of [["produce", "#1f6feb"], ["consume", "#2da44e"]]) {
-    context.strokeStyle = color;
-    context.lineWidth = 2;
-    context.beginPath();
-    rates.forEach((rate, index) => {
-      const x = width - (rates.length - index) * step;
-      const y = height - 4 - (rate[field] / peak) * (height - 20);
-      if (index === 0) context.moveTo(x, y);
-      else context.lineTo(x, y);
-    });
-    context.stroke();
-  }
+  const now = Date.now();
+  samples.push({ t: now, stored: data.totals.stored, consumed: data.totals.consumed });
+  while (samples.length > 2 && samples[1].t < now - RATE_WINDOW_MS) samples.shift();
+  drawRates($("#rate-chart"), samples, RATE_WINDOW_MS, now);
 }
 
 async function renderClusters() {
   const note = $("#clusters-note");
   try {
-    const data = await api("/v1/clusters");
+    const data = await api("/v1/clusters", { action: "view the cluster" });
     const rows = [];
     for (const cluster of data.clusters) {
       for (const broker of cluster.brokers) {
         rows.push(el("tr", {}, [
-          el("td", { text: cluster.name }),
-          el("td", { text: broker.broker_name }),
-          el("td", { text: String(broker.broker_id) }),
-          el("td", { text: broker.address }),
-          el("td", { text: broker.alive ? "yes" : "no", className: broker.alive ? "" : "error" }),
-          el("td", { text: formatTime(broker.last_heartbeat_ms) }),
+          cell("cluster", cluster.name),
+          cell("broker", broker.broker_name),
+          cell("id", String(broker.broker_id)),
+          cell("address", broker.address),
+          cell("alive", broker.alive ? "yes" : "no", broker.alive ? "" : "error"),
+          cell("last heartbeat", formatTime(broker.last_heartbeat_ms)),
         ]));
       }
     }
@@ -187,35 +275,133 @@ async function refresh() {
     const groupsCursor = paging.groups.cursors.at(-1);
     if (topicsCursor) params.set("topics_cursor", topicsCursor);
     if (groupsCursor) params.set("groups_cursor", groupsCursor);
-    const data = await api(`/console/api/overview?${params}`);
+    const data = await api(`/console/api/overview?${params}`, { action: "view the broker overview" });
     if (seq !== refreshes) return; // a newer refresh (a page turned meanwhile) answers instead
+    reachable(true);
     renderOverview(data);
+    document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
     badge.textContent = "live";
     badge.className = "badge ok";
   } catch (error) {
-    badge.textContent = `offline: ${error.message}`;
+    if (seq !== refreshes) return;
+    if (error.status === 401) return; // the sign-in form is open
+    reachable(!error.unreachable, error.message);
+    badge.textContent = error.unreachable ? "unreachable" : `error: ${error.message}`;
     badge.className = "badge bad";
   }
 }
 
-// -- lookup ------------------------------------------------------------------------------------
+// -- create and delete topics -------------------------------------------------------------------
 
-function messageTable(messages) {
-  if (!messages.length) return el("p", { className: "muted", text: "no message found" });
-  return el("table", {}, [
-    el("thead", {}, [el("tr", {}, ["msg id", "topic", "queue / offset", "tags", "keys", "stored", "body"]
-      .map((name) => el("th", { text: name })))]),
-    el("tbody", {}, messages.map((message) => el("tr", {}, [
-      el("td", { className: "id", text: message.msg_id }),
-      el("td", { text: message.topic }),
-      el("td", { text: `${message.queue_id} / ${message.queue_offset}` }),
-      el("td", { text: message.tags }),
-      el("td", { text: message.keys.join(" ") }),
-      el("td", { text: formatTime(message.store_timestamp) }),
-      el("td", { className: "body", text: message.body }),
-    ]))),
-  ]);
+async function createTopic(event) {
+  event.preventDefault();
+  const out = $("#create-topic-result");
+  const name = $("#create-topic-name").value.trim();
+  const queues = Number($("#create-topic-queues").value || 4);
+  try {
+    await api("/v1/topics", { method: "POST", json: { name, queues }, action: `create topic ${name}` });
+    show(out, `created ${name} with ${queues} queues`);
+    $("#create-topic-name").value = "";
+    refresh();
+  } catch (error) {
+    show(out, error.message, true);
+  }
 }
+
+async function deleteTopic(name) {
+  const out = $("#create-topic-result");
+  confirmingDelete = null;
+  try {
+    await api(`/v1/topics/${path(name)}`, { method: "DELETE", action: `delete topic ${name}` });
+    show(out, `deleted ${name}`);
+  } catch (error) {
+    show(out, error.message, true);
+  }
+  refresh();
+}
+
+// -- browse a topic's latest messages -----------------------------------------------------------
+
+function browseTopic(name) {
+  $("#browse-topic").value = name;
+  $("#browse-queue").value = "";
+  $("#messages").scrollIntoView();
+  browse();
+}
+
+async function browse(event) {
+  event?.preventDefault();
+  const out = $("#browse-result");
+  const state = $("#browse-state");
+  const topic = $("#browse-topic").value.trim();
+  const only = $("#browse-queue").value;
+  try {
+    const { queues } = await api(`/v1/topics/${path(topic)}/queues`, { action: `read topic ${topic}` });
+    const chosen = queues.filter((queue) =>
+      (only === "" || queue.queue_id === Number(only)) && queue.max_offset > queue.min_offset);
+    const answers = [];
+    // A few pulls at a time: a topic may have a thousand queues.
+    for (let start = 0; start < chosen.length; start += BROWSE_PARALLEL) {
+      answers.push(...await Promise.all(chosen.slice(start, start + BROWSE_PARALLEL).map((queue) => {
+        const offset = Math.max(queue.min_offset, queue.max_offset - BROWSE_PER_QUEUE);
+        return api(`/v1/topics/${path(topic)}/queues/${queue.queue_id}/messages?offset=${offset}&max_messages=${BROWSE_PER_QUEUE}`,
+          { action: `read topic ${topic}` });
+      })));
+    }
+    const messages = answers.flatMap((answer) => answer.messages)
+      .sort((a, b) => b.store_timestamp - a.store_timestamp || b.queue_offset - a.queue_offset)
+      .slice(0, BROWSE_ROWS);
+    out.replaceChildren(messageTable(messages, `no message in ${topic}`));
+    show(state, `latest ${messages.length} of ${topic}, newest first`);
+  } catch (error) {
+    out.replaceChildren();
+    show(state, error.message, true);
+  }
+}
+
+// -- reset a group's offsets --------------------------------------------------------------------
+
+function updateResetFields() {
+  const time = $("#reset-time");
+  time.hidden = $("#reset-to").value !== "time";
+  time.required = !time.hidden;
+}
+
+async function resetOffsets(event) {
+  event.preventDefault();
+  const out = $("#reset-result");
+  const group = $("#reset-group").value.trim();
+  const topic = $("#reset-topic").value.trim();
+  const to = $("#reset-to").value;
+  const action = `reset the offsets of ${group} on ${topic}`;
+  try {
+    const { queues } = await api(`/v1/topics/${path(topic)}/queues`, { action });
+    let offsets;
+    if (to === "time") {
+      const timestamp = new Date($("#reset-time").value).getTime(); // the input's value is local time
+      if (Number.isNaN(timestamp)) throw new ApiError("choose a time to reset to");
+      offsets = await Promise.all(queues.map(async (queue) => {
+        const found = await api(`/v1/topics/${path(topic)}/queues/${queue.queue_id}/offset?timestamp=${timestamp}`, { action });
+        // Retention may have removed the first message after the time meanwhile: start at what is left.
+        return Math.min(queue.max_offset, Math.max(queue.min_offset, found.offset));
+      }));
+    } else {
+      offsets = queues.map((queue) => (to === "first" ? queue.min_offset : queue.max_offset));
+    }
+    const answer = await api(`/v1/groups/${path(group)}/offsets`, {
+      method: "PUT",
+      action,
+      json: { offsets: queues.map((queue, index) => ({ topic, queue_id: queue.queue_id, offset: offsets[index] })) },
+    });
+    const where = answer.offsets.map((entry) => `#${entry.queue_id}: ${entry.committed_offset}`).join(", ");
+    show(out, `${group} on ${topic} now reads from ${where}`);
+    refresh();
+  } catch (error) {
+    show(out, error.message, true);
+  }
+}
+
+// -- lookup ------------------------------------------------------------------------------------
 
 function updateLookupFields() {
   const mode = $("#lookup-mode").value;
@@ -230,18 +416,19 @@ async function lookup(event) {
   event.preventDefault();
   const out = $("#lookup-result");
   const mode = $("#lookup-mode").value;
-  const topic = encodeURIComponent($("#lookup-topic").value.trim());
+  const topic = path($("#lookup-topic").value.trim());
+  const action = "look messages up";
   try {
     let messages;
     if (mode === "id") {
-      messages = [await api(`/v1/messages/${encodeURIComponent($("#lookup-id").value.trim())}`)];
+      messages = [await api(`/v1/messages/${path($("#lookup-id").value.trim())}`, { action })];
     } else if (mode === "key") {
       const key = encodeURIComponent($("#lookup-key").value.trim());
-      messages = (await api(`/v1/topics/${topic}/messages?key=${key}&max=20`)).messages;
+      messages = (await api(`/v1/topics/${topic}/messages?key=${key}&max=20`, { action })).messages;
     } else {
       const queue = Number($("#lookup-queue").value || 0);
       const offset = Number($("#lookup-offset").value || 0);
-      const answer = await api(`/v1/topics/${topic}/queues/${queue}/messages?offset=${offset}&max_messages=1`);
+      const answer = await api(`/v1/topics/${topic}/queues/${queue}/messages?offset=${offset}&max_messages=1`, { action });
       messages = answer.messages.filter((message) => message.queue_offset === offset);
     }
     out.replaceChildren(messageTable(messages));
@@ -255,9 +442,7 @@ async function lookup(event) {
 let tailSocket = null;
 
 function tailState(text, bad = false) {
-  const state = $("#tail-state");
-  state.textContent = text;
-  state.className = bad ? "error" : "muted";
+  show($("#tail-state"), text, bad);
 }
 
 function startTail(event) {
@@ -267,6 +452,8 @@ function startTail(event) {
   const params = new URLSearchParams({ topic, from: "last", credit: String(TAIL_CREDIT) });
   const tags = $("#tail-tags").value.trim();
   if (tags) params.set("tags", tags);
+  const token = socketToken();
+  if (token) params.set("token", token);
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const socket = new WebSocket(`${scheme}//${location.host}/v1/ws/subscribe?${params}`);
   tailSocket = socket;
@@ -280,16 +467,7 @@ function startTail(event) {
       tailState(`tailing ${frame.topic} (${frame.queues.length} queues)`);
     } else if (frame.type === "messages") {
       const rows = $("#tail-rows");
-      for (const item of frame.messages) {
-        rows.prepend(el("tr", { "data-msg-id": item.msg_id }, [
-          el("td", { text: formatTime(item.store_timestamp) }),
-          el("td", { text: `${item.queue_id} / ${item.queue_offset}` }),
-          el("td", { text: item.tags }),
-          el("td", { text: item.keys.join(" ") }),
-          el("td", { className: "body", text: item.body }),
-          el("td", { className: "id", text: item.msg_id }),
-        ]));
-      }
+      for (const item of frame.messages) rows.prepend(messageRow(item));
       while (rows.children.length > TAIL_ROWS) rows.lastElementChild.remove();
       // Grant back what was delivered: the broker never has more than TAIL_CREDIT in flight.
       socket.send(JSON.stringify({ type: "permit", n: frame.messages.length }));
@@ -302,6 +480,8 @@ function startTail(event) {
       tailState(`closed (${close.code})${reason}`, close.code !== 1000 && close.code !== 1005);
       $("#tail-start").disabled = false;
       $("#tail-stop").disabled = true;
+      if (close.code === 4401) openSignIn(Boolean(token));
+      if (close.code === 4403) showNotice(`Not allowed: tail ${topic}${reason}`);
     }
   };
 }
@@ -319,20 +499,33 @@ function stopTail() {
 
 // -- produce -----------------------------------------------------------------------------------
 
+function parseProperties(text) {
+  const properties = {};
+  for (const line of text.split("\n")) {
+    if (!line.trim()) continue;
+    const at = line.indexOf("=");
+    if (at < 1) throw new ApiError(`a property is name=value, not ${JSON.stringify(line)}`);
+    properties[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  return properties;
+}
+
 async function produce(event) {
   event.preventDefault();
   const out = $("#produce-result");
   const topic = $("#produce-topic").value.trim();
-  const message = { body: $("#produce-body").value };
-  const tags = $("#produce-tags").value.trim();
-  const keys = $("#produce-keys").value.trim();
-  if (tags) message.tags = tags;
-  if (keys) message.keys = keys.split(/\s+/);
   try {
-    const answer = await api(`/v1/topics/${encodeURIComponent(topic)}/messages`, {
+    const message = { body: $("#produce-body").value };
+    const tags = $("#produce-tags").value.trim();
+    const keys = $("#produce-keys").value.trim();
+    const properties = parseProperties($("#produce-properties").value);
+    if (tags) message.tags = tags;
+    if (keys) message.keys = keys.split(/\s+/);
+    if (Object.keys(properties).length) message.properties = properties;
+    const answer = await api(`/v1/topics/${path(topic)}/messages`, {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(message),
+      json: message,
+      action: `produce to ${topic}`,
     });
     out.className = "";
     out.textContent = JSON.stringify(answer.results[0], null, 2);
@@ -345,6 +538,17 @@ async function produce(event) {
 
 // -- start -------------------------------------------------------------------------------------
 
+$("#tail-box").append(el("table", { id: "tail-table", className: "messages cards-on-phone" }, [messageHead(), el("tbody", { id: "tail-rows" })]));
+$("#signin-form").addEventListener("submit", signIn);
+$("#sign-out").addEventListener("click", signOut);
+$("#notice-close").addEventListener("click", () => {
+  $("#notice").hidden = true;
+  $("#notice-list").replaceChildren();
+});
+$("#create-topic-form").addEventListener("submit", createTopic);
+$("#browse-form").addEventListener("submit", browse);
+$("#reset-to").addEventListener("change", updateResetFields);
+$("#reset-form").addEventListener("submit", resetOffsets);
 $("#lookup-mode").addEventListener("change", updateLookupFields);
 $("#lookup-form").addEventListener("submit", lookup);
 $("#tail-form").addEventListener("submit", startTail);
@@ -354,7 +558,11 @@ for (const name of Object.keys(paging)) {
   $(`#${name}-prev`).addEventListener("click", () => turnPage(name, false));
   $(`#${name}-next`).addEventListener("click", () => turnPage(name, true));
 }
+window.addEventListener("resize", () => drawRates($("#rate-chart"), samples, RATE_WINDOW_MS));
+showAccount();
 updateLookupFields();
+updateResetFields();
+drawRates($("#rate-chart"), samples, RATE_WINDOW_MS);
 refresh();
 renderClusters();
 setInterval(refresh, REFRESH_MS);
