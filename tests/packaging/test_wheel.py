@@ -181,9 +181,11 @@ def check_first_contact(broker: InstalledBroker, line: str) -> None:
     assert f"console http://{host}:{broker.port}/console/" in line
 
 
-def test_the_installed_package_is_not_the_checkout(installation: Installation, tmp_path: Path) -> None:
+def test_the_installed_package_is_not_the_checkout_and_has_all_its_files(
+    installation: Installation, tmp_path: Path
+) -> None:
     where = subprocess.run(
-        ["python", "-c", "import app.migrations; print(app.migrations.__file__)"],
+        ["python", "-c", "import app; print(app.__file__)"],
         cwd=tmp_path,
         env=clean_environment() | installation.runtime_env,
         capture_output=True,
@@ -191,6 +193,12 @@ def test_the_installed_package_is_not_the_checkout(installation: Installation, t
         check=True,
     ).stdout.strip()
     assert Path(where).is_relative_to(installation.venv), where
+    # Every file of the package is installed: the console, the migrations and their template, the
+    # docs' assets and their licences.
+    installed = Path(where).parent
+    tracked = subprocess.run(["git", "ls-files", "app"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in tracked.stdout.split():
+        assert (installed / Path(name).relative_to("app")).is_file(), f"the wheel lacks {name}"
 
 
 def test_serves_from_an_empty_directory_on_sqlite(run_broker: Callable[..., InstalledBroker]) -> None:
