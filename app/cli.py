@@ -19,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
 import click
+import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
@@ -150,15 +151,15 @@ def serve() -> None:
     # Imported here: the other commands start without loading the API and the registry.
     from app.api.app import create_app
 
-    server = AnnouncingServer(server_config(create_app(settings), settings))
-    server.base_url = settings.resolved_advertised_url
-    server.run()
+    AnnouncingServer(server_config(create_app(settings), settings), settings.resolved_advertised_url).run()
 
 
 class AnnouncingServer(WharfServer):
     """Prints :func:`startup_line` once the socket is bound (the store is open by then)."""
 
-    base_url = ""
+    def __init__(self, config: uvicorn.Config, base_url: str) -> None:
+        super().__init__(config)
+        self.base_url = base_url
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
