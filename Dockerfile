@@ -1,14 +1,54 @@
-FROM python:3.11-slim
+# Wharf's broker image.
+#
+#   docker build -t wharf .                                  the broker
+#   docker build -t wharf --build-arg WHARF_EXTRAS=spark .   plus PySpark and a Java runtime
+#   docker run -p 8080:8080 -v wharf-store:/var/lib/wharf \
+#       -e WHARF_ADVERTISED_URL=http://<address clients use>:8080 wharf
+#
+# The broker listens on every interface of the container (WHARF_HOST=0.0.0.0). Routes and message
+# ids carry its advertised address, which must be one clients can reach: set WHARF_ADVERTISED_URL
+# to the host's address and published port. Without it the broker advertises the container's own
+# IP address (and says so at start), which only clients on the same Docker network reach.
+# tests/packaging/test_wheel.py runs this file's install line and commands (see docker/install.sh).
 
-WORKDIR /srv/wharf
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    WHARF_VENV=/opt/wharf
+WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY app ./app
 COPY spark_jobs ./spark_jobs
-RUN pip install --no-cache-dir -c constraints.txt .
+COPY docker/install.sh ./docker/install.sh
+# Empty: the broker alone; "spark": with the Spark extra.
+ARG WHARF_EXTRAS=""
+RUN sh docker/install.sh "$WHARF_VENV" "$WHARF_EXTRAS"
 
-ENV WHARF_HOST=0.0.0.0 \
+FROM python:3.11-slim
+ARG WHARF_EXTRAS=""
+# PySpark needs a Java runtime; the broker alone does not. Debian's package versions are not pinned:
+# the base image's release fixes them, and a point release removes the old ones from the archive.
+# hadolint ignore=DL3008
+RUN if [ "$WHARF_EXTRAS" = spark ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends default-jre-headless \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && groupadd --system --gid 10001 wharf \
+    && useradd --system --uid 10001 --gid wharf --no-create-home --home-dir /var/lib/wharf wharf \
+    && mkdir -p /var/lib/wharf \
+    && chown wharf:wharf /var/lib/wharf
+COPY --from=build /opt/wharf /opt/wharf
+ENV PATH=/opt/wharf/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    WHARF_HOST=0.0.0.0 \
     WHARF_PORT=8080 \
     WHARF_STORE_DIR=/var/lib/wharf
+# Numeric, so that a runtime can tell it is not root without reading the image's /etc/passwd.
+USER 10001:10001
+WORKDIR /var/lib/wharf
 VOLUME /var/lib/wharf
 EXPOSE 8080
-CMD ["wharf"]
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 CMD ["wharf", "healthcheck"]
+CMD ["wharf", "serve"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.address import is_wildcard, reachable_ipv4
 from app.store.config import FlushMode, StoreConfig
 
 
@@ -27,7 +28,7 @@ class Settings(BaseSettings):
     cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
     broker_id: int = Field(0, ge=0)
-    advertised_url: str = ""  # empty: http://<host>:<port>
+    advertised_url: str = ""  # empty: http://<host>:<port>, a reachable address when host is a wildcard
     heartbeat_interval_s: float = Field(30.0, gt=0)
     broker_expiry_s: float = Field(120.0, gt=0)
     expiry_scan_interval_s: float = Field(10.0, gt=0)
@@ -131,10 +132,28 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.store_dir / 'wharf.db'}"
 
+    @field_validator("advertised_url")
+    @classmethod
+    def _reachable_advertised_url(cls, value: str) -> str:
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("an http:// or https:// URL with a host, e.g. http://10.0.0.7:8080")
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+        if is_wildcard(parts.hostname):
+            raise ValueError("an address clients can reach, not a wildcard such as 0.0.0.0")
+        return value
+
     @property
     def resolved_advertised_url(self) -> str:
+        """WHARF_ADVERTISED_URL, else http(s)://<host>:<port>; when the host is a wildcard (0.0.0.0, ::)
+        an address of this machine instead (app.address), since ids and routes must be reachable."""
+        if self.advertised_url:
+            return self.advertised_url
+        host = reachable_ipv4() if is_wildcard(self.host) else self.host
         scheme = "https" if self.tls_certfile else "http"
-        return self.advertised_url or f"{scheme}://{self.host}:{self.port}"
+        return f"{scheme}://[{host}]:{self.port}" if ":" in host else f"{scheme}://{host}:{self.port}"
 
     def store_config(self) -> StoreConfig:
         advertised = urlsplit(self.resolved_advertised_url)

@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from app.acl import install_acl
 from app.api import admin, cluster, groups, lookup, messages, topics
 from app.api.broker import Broker
+from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
@@ -108,6 +109,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        # Served from the package by install_docs, not from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.broker = None
@@ -117,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_acl(app, settings)
     install_edge(app, settings)
     install_openapi(app)
+    install_docs(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)
     app.include_router(messages.router)
     app.include_router(topics.router)
@@ -126,6 +131,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(ws_router)
     install_console(app)
+
+    @app.get("/", include_in_schema=False)
+    async def front_door() -> RedirectResponse:
+        return RedirectResponse("/console/")
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

@@ -11,7 +11,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 
-ROOT = Path(__file__).resolve().parents[2]
+# Alembic's "package:path" form: the migrations are found inside the installed package.
+MIGRATIONS = "app:migrations"
 
 
 class SchemaOutOfDateError(RuntimeError):
@@ -64,8 +65,10 @@ def make_engine(url: str, timeout_s: float = 5.0) -> Engine:
 
 
 def alembic_config() -> Config:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
+    """Alembic's configuration for the broker: no alembic.ini (that is the developers' command line),
+    only the migrations' location inside the package."""
+    config = Config()
+    config.set_main_option("script_location", MIGRATIONS)
     return config
 
 

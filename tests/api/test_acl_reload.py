@@ -108,9 +108,10 @@ def test_a_bad_file_at_start_is_one_clear_line(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "app"], cwd=ROOT, env=process.env, capture_output=True, text=True, timeout=60
     )
-    assert run.returncode != 0
+    assert run.returncode == 2
+    assert run.stderr.strip().count("\n") == 0, run.stderr
     assert (
-        f"ACL file {tmp_path / 'plain_acl.yml'}: accounts[0] (admin-ak): admin must be true or false"
+        f"wharf: ACL file {tmp_path / 'plain_acl.yml'}: accounts[0] (admin-ak): admin must be true or false"
         in run.stderr
     )
     assert ADMIN[1] not in run.stderr

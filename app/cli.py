@@ -1,0 +1,203 @@
+"""The ``wharf`` command line.
+
+``wharf serve`` starts the broker on the WHARF_* settings of the environment; ``wharf`` alone and
+``python -m app`` do the same. ``wharf healthcheck`` asks the broker on this machine for /healthz
+(the container image's HEALTHCHECK).
+
+Commands are click commands on the :data:`cli` group (click comes with uvicorn). A command that needs
+the settings reads them with :func:`load_settings`, which reports a bad WHARF_* variable in one line
+(name, value, what is allowed) and exits with status 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, NoReturn
+
+import click
+import uvicorn
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+
+from app.address import is_wildcard
+from app.server import WharfServer, server_config
+from app.settings import Settings
+from app.store import StoreLockedError
+from app.store.dir_lock import StoreDirectoryLock
+
+# Exit statuses: 1 the broker cannot run here (store in use, not healthy), 2 a bad setting or ACL file.
+EXIT_UNAVAILABLE = 1
+EXIT_BAD_SETTING = 2
+
+
+def wharf_version() -> str:
+    try:
+        return version("wharf")
+    except PackageNotFoundError:  # running from a checkout that is not installed
+        return "unknown"
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets the Settings field ``field``."""
+    return f"{Settings.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _allowed(message: str) -> str:
+    # pydantic prefixes what a validator raised; the rest already says what is allowed.
+    return message.removeprefix("Value error, ")
+
+
+def describe_invalid_settings(error: ValidationError | SettingsError) -> list[str]:
+    """One line per bad variable: its name, the value given and what is allowed."""
+    if isinstance(error, SettingsError):
+        # pydantic-settings could not even parse the value (e.g. a list that is not JSON).
+        match = re.search(r'field "(\w+)"', str(error))
+        if match is None:
+            return [f"invalid settings: {error}"]
+        name = env_name(match.group(1))
+        return [f"{name}={_env_value(name)!r} cannot be parsed: {error.__cause__ or error}"]
+    lines = []
+    for item in error.errors(include_url=False):
+        location = item.get("loc", ())
+        if not location:  # a check across several settings
+            lines.append(f"invalid settings: {_allowed(item['msg'])}")
+            continue
+        lines.append(
+            f"{env_name(str(location[0]))}={item.get('input')!r} is not allowed: {_allowed(item['msg'])}"
+        )
+    return lines
+
+
+def _env_value(name: str) -> str | None:
+    wanted = name.upper()
+    return next((value for key, value in os.environ.items() if key.upper() == wanted), None)
+
+
+def exit_on_invalid_settings(error: ValidationError | SettingsError) -> NoReturn:
+    """Print what is wrong with the settings, one line per variable, and exit with status 2."""
+    for line in describe_invalid_settings(error):
+        print(f"wharf: {line}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_SETTING)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings from the environment, or exit 2 with one line naming the bad variable."""
+    try:
+        return Settings(**overrides)
+    except (ValidationError, SettingsError) as error:
+        exit_on_invalid_settings(error)
+
+
+def refuse_if_store_in_use(settings: Settings) -> None:
+    """Exit at once, with one line, when another process has the store directory.
+
+    The store takes the lock for good when it opens; this early look only spares the user a
+    start-up traceback in the common case.
+    """
+    store_dir = settings.store_config().store_dir
+    if not store_dir.is_dir():
+        return
+    probe = StoreDirectoryLock(store_dir)
+    try:
+        probe.acquire()
+    except StoreLockedError as error:
+        print(f"wharf: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_UNAVAILABLE) from None
+    probe.release()
+
+
+def startup_line(base_url: str) -> str:
+    """The line printed once the broker listens: where the API, the console and the docs are."""
+    return (
+        f"wharf {wharf_version()}: API {base_url}/v1/, console {base_url}/console/, "
+        f"docs {base_url}/docs (ReDoc {base_url}/redoc)"
+    )
+
+
+def announce_advertised_address(settings: Settings) -> None:
+    """Say which address a broker bound to every interface puts into routes and message ids."""
+    if settings.advertised_url or not is_wildcard(settings.host):
+        return
+    print(
+        f"wharf: WHARF_HOST={settings.host} listens on every interface; routes and message ids carry "
+        f"{settings.resolved_advertised_url} (set WHARF_ADVERTISED_URL to the address clients use)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(wharf_version(), prog_name="wharf")
+@click.pass_context
+def cli(context: click.Context) -> None:
+    """Wharf, an HTTP-native, RocketMQ-style message broker. Without a command: serve.
+
+    Every setting is a WHARF_* environment variable (README, "Configuration").
+    """
+    if context.invoked_subcommand is None:
+        context.invoke(serve)
+
+
+@cli.command()
+def serve() -> None:
+    """Start the broker on the WHARF_* settings of the environment."""
+    settings = load_settings()
+    refuse_if_store_in_use(settings)
+    announce_advertised_address(settings)
+    # Imported here: the other commands start without loading the API and the registry.
+    from app.acl import AclFileError
+    from app.api.app import create_app
+
+    try:
+        app = create_app(settings)
+    except AclFileError as error:  # one line, never the file's secrets
+        print(f"wharf: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_SETTING) from None
+    AnnouncingServer(server_config(app, settings), settings.resolved_advertised_url).run()
+
+
+class AnnouncingServer(WharfServer):
+    """Prints :func:`startup_line` once the socket is bound (the store is open by then)."""
+
+    def __init__(self, config: uvicorn.Config, base_url: str) -> None:
+        super().__init__(config)
+        self.base_url = base_url
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit:
+            print(startup_line(self.base_url), flush=True)
+
+
+@cli.command()
+@click.option("--timeout", default=3.0, show_default=True, help="seconds to wait for the answer")
+def healthcheck(timeout: float) -> None:
+    """Exit 0 when the broker on this machine (WHARF_HOST, WHARF_PORT) answers /healthz, else 1."""
+    import httpx
+
+    settings = load_settings()
+    host = "127.0.0.1" if is_wildcard(settings.host) else settings.host
+    scheme = "https" if settings.tls_certfile else "http"
+    url = (
+        f"{scheme}://[{host}]:{settings.port}/healthz"
+        if ":" in host
+        else f"{scheme}://{host}:{settings.port}/healthz"
+    )
+    try:
+        # Liveness of the broker on this machine: its certificate need not name the loopback address.
+        status = httpx.get(url, timeout=timeout, verify=False).status_code
+    except httpx.HTTPError as error:
+        print(f"wharf: {url}: {error!r}", file=sys.stderr)
+        raise SystemExit(EXIT_UNAVAILABLE) from None
+    if status != 200:
+        print(f"wharf: {url} answered {status}", file=sys.stderr)
+        raise SystemExit(EXIT_UNAVAILABLE)
+
+
+def main() -> None:
+    """The console script ``wharf`` and ``python -m app``."""
+    cli(prog_name="wharf")
