@@ -166,10 +166,14 @@ def _codes_of(status: int) -> str:
 
 
 def _error_response(status: int, reason: str | None) -> dict[str, Any]:
-    description = reason or STATUS_REASONS.get(status, "Error")
-    codes = _codes_of(status)
-    if codes:
-        description += f". Codes: {codes}"
+    """An error answer: the operation's own reason (it names its codes), else the status's shared
+    reason and every code of that status."""
+    description = reason
+    if description is None:
+        description = STATUS_REASONS.get(status, "Error")
+        codes = _codes_of(status)
+        if codes:
+            description += f". Codes: {codes}"
     return {"description": description, "content": {"application/json": {"schema": dict(ENVELOPE_REF)}}}
 
 
