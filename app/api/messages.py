@@ -181,10 +181,18 @@ def _raw_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[
 # parameters costs more than the rest of a single-message produce.
 _PRODUCE_PARAMETERS = {
     "parameters": [
-        _raw_parameter("tags", "Raw body only: the message's tag", {"type": "string", "maxLength": 1024}),
-        _raw_parameter("keys", "Raw body only: space-separated keys", {"type": "string", "maxLength": 4096}),
+        _raw_parameter(
+            "tags", "Raw body only: the message's tag", {"type": "string", "minLength": 1, "maxLength": 1024}
+        ),
+        _raw_parameter(
+            "keys",
+            "Raw body only: space-separated keys",
+            {"type": "string", "minLength": 1, "maxLength": 4096},
+        ),
         _raw_parameter("queue_id", "Raw body only: explicit queue", {"type": "integer", "minimum": 0}),
-        _raw_parameter("sharding_key", "Raw body only", {"type": "string", "maxLength": 1024}),
+        _raw_parameter(
+            "sharding_key", "Raw body only", {"type": "string", "minLength": 1, "maxLength": 1024}
+        ),
         _raw_parameter("unique_id", "Raw body only", {"type": "string", "minLength": 1, "maxLength": 128}),
         _raw_parameter(
             "property",

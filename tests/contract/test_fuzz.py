@@ -5,7 +5,7 @@ No answer may be a 5xx; every status, Content-Type and body must be one the docu
 the operation; no request may take longer than REQUEST_TIMEOUT_S. The seed is fixed, so a run is
 repeatable. A longer run (the README's "Tests and benchmarks"):
 
-    WHARF_FUZZ_MAX_EXAMPLES=1000 .venv/bin/python -m pytest tests/contract/test_fuzz.py
+    WHARF_FUZZ_MAX_EXAMPLES=1000 WHARF_FUZZ_SEED=7 .venv/bin/python -m pytest tests/contract/test_fuzz.py
 """
 
 from __future__ import annotations
@@ -24,11 +24,19 @@ from tests.api.server import BrokerProcess
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
-SEED = 20151015
+SEED = int(os.environ.get("WHARF_FUZZ_SEED", "20151015"))
 # Examples per operation and phase: with the coverage phase's own cases, about 1,400 requests.
 MAX_EXAMPLES = int(os.environ.get("WHARF_FUZZ_MAX_EXAMPLES", "30"))
 MIN_CASES = 1000
-CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
+CHECKS = ",".join(
+    (
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_headers_conformance",
+        "response_schema_conformance",
+    )
+)
 REQUEST_TIMEOUT_S = 10
 
 
