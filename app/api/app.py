@@ -18,7 +18,7 @@ from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
-from app.api.schemas import ErrorEnvelope
+from app.api.schemas import BrokerStats, HealthStatus, ReadyStatus
 from app.api.ws import router as ws_router
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
@@ -136,7 +136,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def front_door() -> RedirectResponse:
         return RedirectResponse("/console/")
 
-    @app.get("/healthz", tags=["health"], summary="Liveness: the process answers")
+    @app.get(
+        "/healthz", response_model=HealthStatus, tags=["health"], summary="Liveness: the process answers"
+    )
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
@@ -144,7 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "/readyz",
         tags=["health"],
         summary="Readiness: the store is recovered and writable, and the route registry answers",
-        responses={503: {"model": ErrorEnvelope}},
+        response_model=ReadyStatus,
     )
     async def readyz() -> JSONResponse:
         broker: Broker | None = app.state.broker
@@ -159,7 +161,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         return JSONResponse({"status": "ready"})
 
-    @app.get("/v1/stats", tags=["health"], summary="Broker counters: held pulls, topics, CommitLog offsets")
+    @app.get(
+        "/v1/stats",
+        response_model=BrokerStats,
+        tags=["health"],
+        summary="Broker counters: held pulls, topics, CommitLog offsets",
+    )
     async def stats() -> dict[str, int]:
         broker: Broker | None = app.state.broker
         if broker is None:

@@ -37,7 +37,14 @@ MAX_KEY_RESULTS = 1000
     },
 )
 def get_message(
-    msg_id: Annotated[str, Path(description="32 hexadecimal digits: store host and CommitLog offset")],
+    msg_id: Annotated[
+        str,
+        # Documented, checked by hand: a bad id is a 400 (40009), not a 422.
+        Path(
+            description="32 hexadecimal digits: store host and CommitLog offset",
+            json_schema_extra={"pattern": "^[0-9A-Fa-f]{32}$"},
+        ),
+    ],
     broker: BrokerDep,
 ) -> dict[str, Any]:
     try:

@@ -23,7 +23,7 @@ from app.api.codec import (
 )
 from app.api.edge import media_type_of
 from app.api.errors import ApiError, ErrorCode
-from app.api.schemas import ErrorEnvelope, MessageIn, ProduceRequest, ProduceResponse, PullResponse
+from app.api.schemas import MessageIn, ProduceRequest, ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
 from app.store import GetMessageResult, TagFilter
 from app.store.filter import FilterExpressionError
@@ -33,10 +33,6 @@ router = APIRouter(prefix="/v1/topics", tags=["messages"])
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 OCTET_STREAM = "application/octet-stream"
-
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 415, 422, 503, 507)
-}
 
 _PRODUCE_BODY = {
     "requestBody": {
@@ -204,16 +200,18 @@ def _raw_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[
 # parameters costs more than the rest of a single-message produce.
 _PRODUCE_PARAMETERS = {
     "parameters": [
-        {
-            "name": "topic",
-            "in": "path",
-            "required": True,
-            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-        },
-        _raw_parameter("tags", "Raw body only: the message's tag", {"type": "string", "maxLength": 1024}),
-        _raw_parameter("keys", "Raw body only: space-separated keys", {"type": "string", "maxLength": 4096}),
+        _raw_parameter(
+            "tags", "Raw body only: the message's tag", {"type": "string", "minLength": 1, "maxLength": 1024}
+        ),
+        _raw_parameter(
+            "keys",
+            "Raw body only: space-separated keys",
+            {"type": "string", "minLength": 1, "maxLength": 4096},
+        ),
         _raw_parameter("queue_id", "Raw body only: explicit queue", {"type": "integer", "minimum": 0}),
-        _raw_parameter("sharding_key", "Raw body only", {"type": "string", "maxLength": 1024}),
+        _raw_parameter(
+            "sharding_key", "Raw body only", {"type": "string", "minLength": 1, "maxLength": 1024}
+        ),
         _raw_parameter("unique_id", "Raw body only", {"type": "string", "minLength": 1, "maxLength": 128}),
         _raw_parameter(
             "property",
@@ -229,9 +227,8 @@ _PRODUCE_PARAMETERS = {
     response_model=ProduceResponse,
     summary="Produce messages (JSON, NDJSON, a raw body, or the binary batch)",
     openapi_extra={**_PRODUCE_BODY, **_PRODUCE_PARAMETERS},
-    responses=_ERRORS,
 )
-async def produce(topic: str, request: Request) -> Response:
+async def produce(topic: TopicName, request: Request) -> Response:
     broker = await get_broker(request)
     media_type = _media_type(request)
     # The body is bounded by WHARF_MAX_REQUEST_BYTES while it streams in (app.api.edge.RequestGuard).
@@ -263,6 +260,18 @@ async def _produce_route(request: Request) -> Response:
 PRODUCE_ROUTE = Route("/v1/topics/{topic}/messages", _produce_route, methods=["POST"])
 
 
+_RECORDS_HEADERS = {
+    name: {"description": description + " (records answers only)", "schema": schema}
+    for name, description, schema in (
+        ("X-Wharf-Status", "The pull status", {"type": "string"}),
+        ("X-Wharf-Next-Offset", "The offset to pull from next", {"type": "integer"}),
+        ("X-Wharf-Min-Offset", "The queue's first offset", {"type": "integer"}),
+        ("X-Wharf-Max-Offset", "The queue's offset after its last message", {"type": "integer"}),
+        ("X-Wharf-Message-Count", "Records in the body", {"type": "integer"}),
+    )
+}
+
+
 def pull_body(result: GetMessageResult) -> bytes:
     return orjson.dumps(
         {
@@ -290,8 +299,8 @@ def pull_headers(result: GetMessageResult) -> dict[str, str]:
     response_model=PullResponse,
     summary="Pull messages from a queue, holding the request until one arrives (long polling)",
     responses={
-        **_ERRORS,
         200: {
+            "description": "The messages; with `Accept: application/vnd.wharf.records`, the stored records",
             "content": {
                 RECORDS_MEDIA_TYPE: {
                     "schema": {
@@ -300,7 +309,8 @@ def pull_headers(result: GetMessageResult) -> dict[str, str]:
                         "description": "The stored records, concatenated; status and offsets in X-Wharf-* headers.",
                     }
                 }
-            }
+            },
+            "headers": _RECORDS_HEADERS,
         },
     },
 )

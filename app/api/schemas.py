@@ -242,6 +242,13 @@ class ErrorEnvelope(BaseModel):
     owner: str | None = Field(
         None, description="40404 for an id of another broker: that broker's host:port, to ask instead"
     )
+    brokers: list[str] | None = Field(
+        None, description="42101: the addresses of the brokers that host the topic, to send to instead"
+    )
+    topic: str | None = Field(None, description="40014: the topic of the offset out of range")
+    queue_id: int | None = Field(None, description="40014: the queue of the offset out of range")
+    min_offset: int | None = Field(None, description="40014: the queue's first offset")
+    max_offset: int | None = Field(None, description="40014: the queue's offset after its last message")
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"error_code": 40402, "message": "topic 'x' not found"}]}
@@ -313,3 +320,18 @@ class CleanReportOut(BaseModel):
     consumequeue_segments: int
     index_files: int
     commitlog_min_offset: int
+
+
+class HealthStatus(BaseModel):
+    status: Literal["ok"]
+
+
+class ReadyStatus(BaseModel):
+    status: Literal["ready"]
+
+
+class BrokerStats(BaseModel):
+    held_pulls: int = Field(description="Pulls held waiting for a message")
+    topics: int
+    commitlog_min_offset: int
+    commitlog_max_offset: int
