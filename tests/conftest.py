@@ -31,14 +31,13 @@ def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test run, dropped at the end."""
-    name = f"wharf_test_{uuid.uuid4().hex[:12]}"
+def throwaway_database(prefix: str) -> Iterator[str]:
+    """Create an empty PostgreSQL database, yield its SQLAlchemy URL, then drop it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     try:
         admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL is needed for the cluster tests and is not reachable at {PG_ADMIN}: {exc}")
+        pytest.fail(f"PostgreSQL is needed and is not reachable at {PG_ADMIN}: {exc}")
     with admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
@@ -49,3 +48,9 @@ def postgres_url() -> Iterator[str]:
             (name,),
         )
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run, dropped at the end."""
+    yield from throwaway_database("wharf_test")
