@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -10,6 +12,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.address import is_wildcard, reachable_ipv4
 from app.store.config import FlushMode, StoreConfig
+
+# StoreConfig's defaults are the one source of every storage default: a storage setting below names
+# its field and adds only its bounds. Every StoreConfig field has a same-named setting, except these,
+# which come from other settings (store_config()); tests/store/test_store_settings.py holds both to it.
+STORE_DEFAULTS: dict[str, Any] = {
+    field.name: field.default
+    for field in dataclasses.fields(StoreConfig)
+    if field.default is not dataclasses.MISSING
+}
+DERIVED_STORE_FIELDS = frozenset({"store_dir", "store_host", "store_port"})
+
+
+def _store_default(name: str, **bounds: Any) -> Any:
+    """The setting of StoreConfig field ``name``: its default, with ``bounds`` (ge=, le=, pattern=)."""
+    return Field(STORE_DEFAULTS[name], **bounds)
 
 
 class Settings(BaseSettings):
@@ -36,47 +53,49 @@ class Settings(BaseSettings):
     database_timeout_s: float = Field(5.0, gt=0)
 
     # Storage (SPEC 1).
-    flush_mode: FlushMode = FlushMode.ASYNC
-    commitlog_file_size: int = Field(1024 * 1024 * 1024, ge=4096)
-    consumequeue_file_entries: int = Field(300_000, ge=1)
-    max_mapped_segments: int = Field(0, ge=0)
-    max_message_size: int = Field(4 * 1024 * 1024, ge=1)
-    max_topic_length: int = Field(127, ge=1, le=255)
-    max_properties_size: int = Field(32_767, ge=0, le=32_767)
-    sync_flush_timeout_ms: int = Field(5_000, ge=1)
-    group_commit_interval_ms: int = Field(10, ge=1)
-    flush_interval_commitlog_ms: int = Field(500, ge=1)
-    flush_commitlog_least_pages: int = Field(4, ge=0)
-    flush_commitlog_thorough_interval_ms: int = Field(10_000, ge=1)
-    flush_interval_consumequeue_ms: int = Field(1_000, ge=1)
-    flush_consumequeue_least_pages: int = Field(2, ge=0)
-    flush_consumequeue_thorough_interval_ms: int = Field(60_000, ge=1)
-    max_scan_bytes_per_pull: int = Field(16_000, ge=20)
-    max_transfer_bytes_per_pull: int = Field(4 * 1024 * 1024, ge=1)
+    flush_mode: FlushMode = _store_default("flush_mode")
+    commitlog_file_size: int = _store_default("commitlog_file_size", ge=4096)
+    consumequeue_file_entries: int = _store_default("consumequeue_file_entries", ge=1)
+    max_mapped_segments: int = _store_default("max_mapped_segments", ge=0)
+    max_message_size: int = _store_default("max_message_size", ge=1)
+    max_topic_length: int = _store_default("max_topic_length", ge=1, le=255)
+    max_properties_size: int = _store_default("max_properties_size", ge=0, le=32_767)
+    sync_flush_timeout_ms: int = _store_default("sync_flush_timeout_ms", ge=1)
+    group_commit_interval_ms: int = _store_default("group_commit_interval_ms", ge=1)
+    flush_interval_commitlog_ms: int = _store_default("flush_interval_commitlog_ms", ge=1)
+    flush_commitlog_least_pages: int = _store_default("flush_commitlog_least_pages", ge=0)
+    flush_commitlog_thorough_interval_ms: int = _store_default("flush_commitlog_thorough_interval_ms", ge=1)
+    flush_interval_consumequeue_ms: int = _store_default("flush_interval_consumequeue_ms", ge=1)
+    flush_consumequeue_least_pages: int = _store_default("flush_consumequeue_least_pages", ge=0)
+    flush_consumequeue_thorough_interval_ms: int = _store_default(
+        "flush_consumequeue_thorough_interval_ms", ge=1
+    )
+    max_scan_bytes_per_pull: int = _store_default("max_scan_bytes_per_pull", ge=20)
+    max_transfer_bytes_per_pull: int = _store_default("max_transfer_bytes_per_pull", ge=1)
 
     # Message index (SPEC 1.6).
-    message_index_enable: bool = True
-    max_hash_slots: int = Field(5_000_000, ge=1)
-    max_index_count: int = Field(20_000_000, ge=2)
-    flush_interval_index_ms: int = Field(1_000, ge=1)
-    max_index_query_results: int = Field(64, ge=1)
+    message_index_enable: bool = _store_default("message_index_enable")
+    max_hash_slots: int = _store_default("max_hash_slots", ge=1)
+    max_index_count: int = _store_default("max_index_count", ge=2)
+    flush_interval_index_ms: int = _store_default("flush_interval_index_ms", ge=1)
+    max_index_query_results: int = _store_default("max_index_query_results", ge=1)
 
     # Retention and the disk guard (SPEC 1.9); ratios are percent of the store's partition.
-    file_reserved_time_h: int = Field(72, ge=0)
-    delete_when: str = Field("04", pattern=r"^\s*\d{1,2}(\s*;\s*\d{1,2})*\s*;?\s*$")
-    disk_max_used_space_ratio: int = Field(75, ge=0, le=100)
-    disk_force_clean_ratio: int = Field(85, ge=0, le=100)
-    disk_refuse_writes_ratio: int = Field(90, ge=0, le=100)
-    disk_accept_writes_ratio: int = Field(85, ge=0, le=100)
-    disk_check_interval_ms: int = Field(1_000, ge=1)
-    clean_resource_interval_ms: int = Field(10_000, ge=1)
-    clean_first_delay_ms: int = Field(60_000, ge=0)
-    delete_files_max_per_pass: int = Field(10, ge=1)
-    delete_files_interval_ms: int = Field(100, ge=0)
-    destroy_forcibly_interval_ms: int = Field(120_000, ge=0)
+    file_reserved_time_h: int = _store_default("file_reserved_time_h", ge=0)
+    delete_when: str = _store_default("delete_when", pattern=r"^\s*\d{1,2}(\s*;\s*\d{1,2})*\s*;?\s*$")
+    disk_max_used_space_ratio: int = _store_default("disk_max_used_space_ratio", ge=0, le=100)
+    disk_force_clean_ratio: int = _store_default("disk_force_clean_ratio", ge=0, le=100)
+    disk_refuse_writes_ratio: int = _store_default("disk_refuse_writes_ratio", ge=0, le=100)
+    disk_accept_writes_ratio: int = _store_default("disk_accept_writes_ratio", ge=0, le=100)
+    disk_check_interval_ms: int = _store_default("disk_check_interval_ms", ge=1)
+    clean_resource_interval_ms: int = _store_default("clean_resource_interval_ms", ge=1)
+    clean_first_delay_ms: int = _store_default("clean_first_delay_ms", ge=0)
+    delete_files_max_per_pass: int = _store_default("delete_files_max_per_pass", ge=1)
+    delete_files_interval_ms: int = _store_default("delete_files_interval_ms", ge=0)
+    destroy_forcibly_interval_ms: int = _store_default("destroy_forcibly_interval_ms", ge=0)
 
     # Consumer offsets (SPEC 4).
-    consumer_offset_persist_interval_ms: int = Field(5_000, ge=1)
+    consumer_offset_persist_interval_ms: int = _store_default("consumer_offset_persist_interval_ms", ge=1)
 
     # Topics (SPEC 3).
     auto_create_topics: bool = True
@@ -124,6 +143,10 @@ class Settings(BaseSettings):
     tls_certfile: str = ""
     tls_keyfile: str = ""
 
+    # Recovery after a clean stop (README "Configuration: recovery"): trailing CommitLog segments
+    # walked to find the end of the log.
+    recover_segments_normal: int = _store_default("recover_segments_normal", ge=1)
+
     @property
     def cors_origin_list(self) -> list[str]:
         return [origin.strip().rstrip("/") for origin in self.cors_origins.split(",") if origin.strip()]
@@ -156,44 +179,17 @@ class Settings(BaseSettings):
         return f"{scheme}://[{host}]:{self.port}" if ":" in host else f"{scheme}://{host}:{self.port}"
 
     def store_config(self) -> StoreConfig:
+        """The store's settings: every StoreConfig field from the same-named setting, the store's
+        directory, and the address written into message ids from the advertised URL."""
         advertised = urlsplit(self.resolved_advertised_url)
+        values = {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(StoreConfig)
+            if field.name not in DERIVED_STORE_FIELDS
+        }
         return StoreConfig(
             store_dir=self.store_dir,
-            flush_mode=self.flush_mode,
-            commitlog_file_size=self.commitlog_file_size,
-            consumequeue_file_entries=self.consumequeue_file_entries,
-            max_mapped_segments=self.max_mapped_segments,
-            max_message_size=self.max_message_size,
-            max_topic_length=self.max_topic_length,
-            max_properties_size=self.max_properties_size,
             store_host=advertised.hostname or self.host,
             store_port=advertised.port or self.port,
-            sync_flush_timeout_ms=self.sync_flush_timeout_ms,
-            group_commit_interval_ms=self.group_commit_interval_ms,
-            flush_interval_commitlog_ms=self.flush_interval_commitlog_ms,
-            flush_commitlog_least_pages=self.flush_commitlog_least_pages,
-            flush_commitlog_thorough_interval_ms=self.flush_commitlog_thorough_interval_ms,
-            flush_interval_consumequeue_ms=self.flush_interval_consumequeue_ms,
-            flush_consumequeue_least_pages=self.flush_consumequeue_least_pages,
-            flush_consumequeue_thorough_interval_ms=self.flush_consumequeue_thorough_interval_ms,
-            max_scan_bytes_per_pull=self.max_scan_bytes_per_pull,
-            max_transfer_bytes_per_pull=self.max_transfer_bytes_per_pull,
-            message_index_enable=self.message_index_enable,
-            max_hash_slots=self.max_hash_slots,
-            max_index_count=self.max_index_count,
-            flush_interval_index_ms=self.flush_interval_index_ms,
-            max_index_query_results=self.max_index_query_results,
-            file_reserved_time_h=self.file_reserved_time_h,
-            delete_when=self.delete_when,
-            disk_max_used_space_ratio=self.disk_max_used_space_ratio,
-            disk_force_clean_ratio=self.disk_force_clean_ratio,
-            disk_refuse_writes_ratio=self.disk_refuse_writes_ratio,
-            disk_accept_writes_ratio=self.disk_accept_writes_ratio,
-            disk_check_interval_ms=self.disk_check_interval_ms,
-            clean_resource_interval_ms=self.clean_resource_interval_ms,
-            clean_first_delay_ms=self.clean_first_delay_ms,
-            delete_files_max_per_pass=self.delete_files_max_per_pass,
-            delete_files_interval_ms=self.delete_files_interval_ms,
-            destroy_forcibly_interval_ms=self.destroy_forcibly_interval_ms,
-            consumer_offset_persist_interval_ms=self.consumer_offset_persist_interval_ms,
+            **values,
         )

@@ -28,6 +28,7 @@ from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore
+from app.store.queue_table import QueueTable
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        holds = PullHoldService(lambda topic, queue_id: 0, settings.hold_check_interval_ms / 1000)
-        store = MessageStore(settings.store_config(), on_arrival=holds.notify_arrival)
-        holds.max_offset = store.max_offset
+        store_config = settings.store_config()
+        queues = QueueTable(store_config)
+        holds = PullHoldService(queues.max_offset, settings.hold_check_interval_ms / 1000)
+        store = MessageStore(store_config, [holds.notify_arrival], queues=queues)
         # Loading and recovery read the disk: keep them off the event loop.
         await asyncio.to_thread(store.open)
         config_dir = settings.store_config().config_dir

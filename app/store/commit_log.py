@@ -24,7 +24,6 @@ from app.store.record import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
     FIXED_SIZE,
-    MESSAGE_MAGIC,
     OFFSETS,
     POS_QUEUEOFFSET,
     POS_STORETIMESTAMP,
@@ -36,6 +35,8 @@ from app.store.record import (
     CheckedRecord,
     EncodedRecord,
     check_record,
+    message_size,
+    store_timestamp,
 )
 from app.store.results import AppendResult, PutStatus
 
@@ -58,12 +59,22 @@ def skips_consume_queue(sysflag: int) -> bool:
 
 
 class CommitLog:
-    def __init__(self, directory: Path, file_size: int, store_host: bytes, dispatch: Dispatch) -> None:
-        self.files = MappedFileQueue(directory, file_size)
+    def __init__(
+        self,
+        directory: Path,
+        file_size: int,
+        store_host: bytes,
+        dispatch: Dispatch,
+        on_batch: BatchListener | None = None,
+        check_room: Callable[[int], None] | None = None,
+    ) -> None:
+        """``dispatch`` gets every record that has a queue offset, ``on_batch`` every batch (both
+        under the lock); ``check_room`` vets a new segment's size before it is allocated."""
+        self.files = MappedFileQueue(directory, file_size, check_room=check_room)
         self.file_size = file_size
         self.store_host = store_host
         self.dispatch = dispatch
-        self.on_batch: BatchListener | None = None
+        self.on_batch = on_batch
         self.lock = threading.Lock()
         # Next queue offset of every (topic, queue); rebuilt from the ConsumeQueues at start.
         self.queue_offsets: dict[QueueKey, int] = {}
@@ -283,10 +294,10 @@ class CommitLog:
             view, base, wrote = mapped.view, mapped.file_from_offset, mapped.wrote_position
             position = 0
             while position + FIXED_SIZE <= wrote:
-                size, magic = SIZE_MAGIC.unpack_from(view, position)
-                if magic != MESSAGE_MAGIC or size < FIXED_SIZE or position + size > wrote:
+                size = message_size(view, position)
+                if size is None or position + size > wrote:
                     break  # a blank END_OF_FILE (the next segment goes on) or the end of the log
-                if TIMESTAMP.unpack_from(view, position + POS_STORETIMESTAMP)[0] >= timestamp_ms:
+                if store_timestamp(view, position) >= timestamp_ms:
                     return base + position
                 position += size
             offset = base + position

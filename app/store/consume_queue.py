@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,9 +48,17 @@ class ConsumeQueue:
 
     @classmethod
     def open(
-        cls, root: Path, topic: str, queue_id: int, file_entries: int, cache: SegmentCache | None = None
+        cls,
+        root: Path,
+        topic: str,
+        queue_id: int,
+        file_entries: int,
+        cache: SegmentCache | None = None,
+        check_room: Callable[[int], None] | None = None,
     ) -> ConsumeQueue:
-        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE, cache)
+        """``check_room`` is called with a new segment's size before it is allocated (see
+        :class:`MappedFileQueue`)."""
+        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE, cache, check_room)
         return cls(topic, queue_id, files)
 
     @property

@@ -239,6 +239,8 @@ class ConsumeQueueFlushService(ServiceThread):
         least_pages: int,
         thorough_ms: int,
         before_checkpoint: Callable[[], None] = lambda: None,
+        covered_timestamp: Callable[[], int] = lambda: 0,
+        covered_offset: Callable[[], int] = lambda: 0,
     ) -> None:
         super().__init__(interval_ms / 1000)
         self.dirty = dirty
@@ -247,10 +249,10 @@ class ConsumeQueueFlushService(ServiceThread):
         self.thorough_ms = thorough_ms
         self.before_checkpoint = before_checkpoint
         self._last_thorough_ms = _now_ms()
-        # Set by the store: the store timestamp and the CommitLog offset (a record boundary) that the
-        # ConsumeQueues cover once flushed.
-        self.covered_timestamp: Callable[[], int] = lambda: 0
-        self.covered_offset: Callable[[], int] = lambda: 0
+        # The store timestamp and the CommitLog offset (a record boundary) that the ConsumeQueues
+        # cover once flushed.
+        self.covered_timestamp = covered_timestamp
+        self.covered_offset = covered_offset
 
     def flush_all(self, least_pages: int) -> None:
         # Read before the dirty queues are taken: every entry below these is in a queue taken now.

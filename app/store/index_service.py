@@ -83,6 +83,7 @@ class IndexService(ServiceThread):
         max_index_count: int,
         flush_interval_ms: int = 1_000,
         clock: Callable[[], float] = time.time,
+        check_room: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(POLL_INTERVAL_S)
         self.directory = directory
@@ -108,7 +109,7 @@ class IndexService(ServiceThread):
         self.rebuild_interrupted = False
         self._last_flush_s = time.monotonic()
         # Called with a new file's size before it is allocated: raises DiskFullError to refuse.
-        self.check_room: Callable[[int], None] | None = None
+        self.check_room = check_room
         # While a new file cannot be allocated: messages not indexed, and when to try again.
         self.skipped_messages = 0
         self._retry_allocate_s = float("-inf")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from app.store.commit_log import CommitLog
 from app.store.consume_queue import ConsumeQueue
 from app.store.index_service import IndexService
-from app.store.record import POS_STORETIMESTAMP, TIMESTAMP, StoredMessage
+from app.store.record import TIMESTAMP_END, StoredMessage, store_timestamp
 
 MAX_TIMESTAMP_MS = (1 << 63) - 1
 KEY_SEPARATOR = " "
@@ -127,5 +127,5 @@ class MessageLookup:
         entry = queue.entry(queue_offset)
         if entry is None:
             return None
-        raw = self.commitlog.read(entry[0] + POS_STORETIMESTAMP, TIMESTAMP.size)
-        return int(TIMESTAMP.unpack(raw)[0]) if raw is not None else None
+        raw = self.commitlog.read(entry[0], TIMESTAMP_END)
+        return store_timestamp(raw) if raw is not None else None

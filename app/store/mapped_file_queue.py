@@ -32,7 +32,13 @@ SPARE_SUFFIX = ".spare"
 
 
 class MappedFileQueue:
-    def __init__(self, directory: Path, file_size: int, cache: SegmentCache | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        file_size: int,
+        cache: SegmentCache | None = None,
+        check_room: Callable[[int], None] | None = None,
+    ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.cache = cache
@@ -43,7 +49,7 @@ class MappedFileQueue:
         # Allocated segments that follow the last one, in order, not yet part of the queue.
         self.prepared: list[MappedFile] = []
         # Called with a new segment's size before it is allocated: raises DiskFullError to refuse.
-        self.check_room: Callable[[int], None] | None = None
+        self.check_room = check_room
         # Called when a segment joined the queue (to have the next one prepared).
         self.on_new_file: Callable[[], None] | None = None
         # One allocation at a time; the short lock guards ``prepared`` and the end of ``files``.

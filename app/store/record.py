@@ -1,283 +1,138 @@
-"""The CommitLog record: the 17-field on-disk layout, its codec and its validation.
+"""The CommitLog record's decoder and checks: the one place in the store that reads a record's bytes.
 
-All integers are big-endian. The fixed part is 91 bytes::
-
-    offset  field                       size
-    0       TOTALSIZE                   4   whole record
-    4       MAGICCODE                   4   MESSAGE_MAGIC, or BLANK_MAGIC for the end-of-file filler
-    8       BODYCRC                     4   CRC32 of BODY
-    12      QUEUEID                     4
-    16      FLAG                        4
-    20      QUEUEOFFSET                 8   position in its ConsumeQueue, counted in messages
-    28      PHYSICALOFFSET              8   global byte offset of this record
-    36      SYSFLAG                     4
-    40      BORNTIMESTAMP               8   ms
-    48      BORNHOST                    8   IPv4 + port
-    56      STORETIMESTAMP              8   ms, set under the append lock
-    64      STOREHOST                   8   IPv4 + port
-    72      RECONSUMETIMES              4
-    76      PREPAREDTRANSACTIONOFFSET   8
-    84      BODY                        4 + n
-    88+n    TOPIC                       1 + n
-    ..      PROPERTIES                  2 + n   "k\\x01v\\x02k\\x01v\\x02"
-
-A record is encoded outside the append lock with placeholder QUEUEOFFSET, PHYSICALOFFSET and
-STORETIMESTAMP; the CommitLog patches those three under the lock (:data:`PATCH_OFFSETS`).
+Everything in the store that reads a stored record goes through this module: a whole decode
+(:func:`decode_record`), the validation recovery and the log walks use (:func:`check_record`), the
+identity check of a read (:func:`record_is`), and the few fields read on their own (:func:`message_size`,
+:func:`store_timestamp`, :func:`record_tags`). The layout and the encoder are in
+:mod:`app.store.record_format`; their names are re-exported here.
 """
 
 from __future__ import annotations
 
-import re
-import socket
 import struct
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from app.store.errors import (
-    CorruptRecordError,
-    EmptyBodyError,
-    InvalidTopicError,
-    MessageRejectedError,
-    MessageTooLargeError,
-    PropertiesTooLargeError,
+from app.store.errors import CorruptRecordError
+from app.store.record_format import (
+    BLANK_MAGIC,
+    BLANK_MIN_SIZE,
+    FIXED_SIZE,
+    HEADER,
+    INT,
+    MESSAGE_MAGIC,
+    NAME_VALUE_SEPARATOR,
+    OFFSETS,
+    PLACEHOLDER,
+    POS_BODY,
+    POS_BODYCRC,
+    POS_PHYSICALOFFSET,
+    POS_QUEUEOFFSET,
+    POS_STOREHOST,
+    POS_STORETIMESTAMP,
+    POS_SYSFLAG,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SHORT,
+    SIZE_MAGIC,
+    SYSFLAG_PRODUCER_UNIQ_KEY,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    TIMESTAMP,
+    TOPIC_PATTERN,
+    EncodedRecord,
+    Limits,
+    Message,
+    decode_host,
+    decode_properties,
+    encode_host,
+    encode_properties,
+    encode_record,
+    message_id,
+    parse_message_id,
+    signed_crc,
+    tags_hash,
+    validate_topic,
 )
 
-MESSAGE_MAGIC = 0xDAA320A7 - (1 << 32)  # stored as a signed int32, as in RocketMQ
-BLANK_MAGIC = 0xCBD43194 - (1 << 32)
+__all__ = [
+    "BLANK",
+    "BLANK_MAGIC",
+    "BLANK_MIN_SIZE",
+    "CheckedRecord",
+    "EncodedRecord",
+    "FIXED_SIZE",
+    "HEADER",
+    "HEAD_SIZE",
+    "IDENTITY",
+    "INT",
+    "Limits",
+    "MESSAGE_MAGIC",
+    "Message",
+    "NAME_VALUE_SEPARATOR",
+    "OFFSETS",
+    "PLACEHOLDER",
+    "POS_BODY",
+    "POS_BODYCRC",
+    "POS_PHYSICALOFFSET",
+    "POS_QUEUEOFFSET",
+    "POS_STOREHOST",
+    "POS_STORETIMESTAMP",
+    "POS_SYSFLAG",
+    "PROPERTY_KEYS",
+    "PROPERTY_SEPARATOR",
+    "PROPERTY_TAGS",
+    "PROPERTY_UNIQ_KEY",
+    "SHORT",
+    "SIZE_MAGIC",
+    "SYSFLAG_PRODUCER_UNIQ_KEY",
+    "SYSFLAG_TRANSACTION_MASK",
+    "SYSFLAG_TRANSACTION_PREPARED",
+    "SYSFLAG_TRANSACTION_ROLLBACK",
+    "StoredMessage",
+    "TIMESTAMP",
+    "TIMESTAMP_END",
+    "TOPIC_PATTERN",
+    "check_record",
+    "decode_host",
+    "decode_properties",
+    "decode_record",
+    "encode_host",
+    "encode_properties",
+    "encode_record",
+    "message_id",
+    "message_size",
+    "parse_message_id",
+    "record_is",
+    "record_tags",
+    "signed_crc",
+    "store_timestamp",
+    "tags_hash",
+    "validate_topic",
+]
 
-HEADER = struct.Struct(">iiiiiqqiq8sq8siqi")  # fields 1-14 and BODY's length
-assert HEADER.size == 88
-FIXED_SIZE = HEADER.size + 1 + 2  # + topic length + properties length
-assert FIXED_SIZE == 91
-
-POS_TOTALSIZE = 0
-POS_MAGIC = 4
-POS_BODYCRC = 8
-POS_QUEUEID = 12
-POS_QUEUEOFFSET = 20
-POS_PHYSICALOFFSET = 28
-POS_SYSFLAG = 36
-POS_BORNTIMESTAMP = 40
-POS_STORETIMESTAMP = 56
-POS_STOREHOST = 64
-POS_BODY = 88
-
-# Patched under the lock: queue offset and physical offset (adjacent), then the store timestamp.
-OFFSETS = struct.Struct(">qq")
-TIMESTAMP = struct.Struct(">q")
-SIZE_MAGIC = struct.Struct(">ii")
-INT = struct.Struct(">i")
-SHORT = struct.Struct(">h")
-
-# A blank record needs at least its size and magic.
-BLANK_MIN_SIZE = SIZE_MAGIC.size
-
-PLACEHOLDER = -1
-
-# SYSFLAG bits (RocketMQ MessageSysFlag).
-SYSFLAG_COMPRESSED = 0x1
-SYSFLAG_MULTI_TAGS = 0x2
-SYSFLAG_TRANSACTION_PREPARED = 0x4
-SYSFLAG_TRANSACTION_COMMIT = 0x8
-SYSFLAG_TRANSACTION_ROLLBACK = 0xC
-SYSFLAG_TRANSACTION_MASK = 0xC
-# Wharf's own bit, above RocketMQ's: the producer chose the unique id (UNIQ_KEY), so a retry may
-# repeat it; the idempotency window is rebuilt at start from the records that carry this bit.
-SYSFLAG_PRODUCER_UNIQ_KEY = 0x10000
-
-# Property names (RocketMQ MessageConst).
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_DELAY_LEVEL = "DELAY"
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-
-TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
-
-
-@lru_cache(maxsize=4096)
-def tags_hash(tags: str) -> int:
-    """The ConsumeQueue's tag code: Java's String.hashCode of the tags, 0 for none."""
-    if not tags:
-        return 0
-    units = tags.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+# The first 8 bytes of a record: TOTALSIZE and MAGICCODE.
+HEAD_SIZE = SIZE_MAGIC.size
+# The bytes of a record up to and including STORETIMESTAMP.
+TIMESTAMP_END = POS_STORETIMESTAMP + TIMESTAMP.size
 
 
-@lru_cache(maxsize=256)
-def encode_host(host: str, port: int) -> bytes:
-    """8 bytes: IPv4 address and port, as BORNHOST and STOREHOST are stored."""
-    try:
-        address = socket.inet_aton(host)
-    except OSError:
-        try:
-            address = socket.inet_aton(socket.gethostbyname(host))
-        except OSError:
-            address = b"\0\0\0\0"
-    return address + INT.pack(port)
+def message_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
+    """The size of the message record at ``pos`` (from its first :data:`HEAD_SIZE` bytes), or None
+    if none starts there (a blank, zeroes, or a size below the fixed part)."""
+    size, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC or size < FIXED_SIZE:
+        return None
+    return int(size)
 
 
-def decode_host(raw: bytes) -> tuple[str, int]:
-    return socket.inet_ntoa(raw[:4]), INT.unpack(raw[4:8])[0]
-
-
-def message_id(store_host: bytes, physical_offset: int) -> str:
-    """RocketMQ's offset message id: STOREHOST and PHYSICALOFFSET, 32 hex digits."""
-    return (store_host + physical_offset.to_bytes(8, "big")).hex().upper()
-
-
-def parse_message_id(msg_id: str) -> tuple[str, int, int]:
-    """(store ip, store port, physical offset) from a message id; ValueError if malformed."""
-    if len(msg_id) != 32:
-        raise ValueError(f"message id must be 32 hex digits, got {len(msg_id)} characters")
-    raw = bytes.fromhex(msg_id)
-    host, port = decode_host(raw[:8])
-    return host, port, int.from_bytes(raw[8:], "big")
-
-
-def encode_properties(properties: dict[str, str]) -> bytes:
-    if not properties:
-        return b""
-    parts = []
-    for name, value in properties.items():
-        if not name or "\x01" in name or "\x02" in name or "\x01" in value or "\x02" in value:
-            raise MessageRejectedError(f"property {name!r} contains a reserved separator or is empty")
-        parts.append(f"{name}\x01{value}\x02")
-    try:
-        return "".join(parts).encode()
-    except UnicodeEncodeError as exc:
-        raise MessageRejectedError(f"a property is not valid Unicode text: {exc.reason}") from None
-
-
-def decode_properties(raw: bytes | bytearray | memoryview) -> dict[str, str]:
-    if not raw:
-        return {}
-    return _parse_properties(str(raw, "utf-8"))
-
-
-def _parse_properties(text: str) -> dict[str, str]:
-    properties = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        if item:
-            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
-            properties[name] = value
-    return properties
-
-
-@dataclass(slots=True)
-class Message:
-    """A message as a producer hands it to the store.
-
-    Tags, keys and the unique id travel as properties (TAGS, KEYS, UNIQ_KEY), as in RocketMQ.
-    ``born_timestamp`` 0 means "now".
-    """
-
-    topic: str
-    body: bytes
-    queue_id: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
-    flag: int = 0
-    sysflag: int = 0
-    born_timestamp: int = 0
-    born_host: bytes = b"\0" * 8
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-
-    @property
-    def tags(self) -> str:
-        return self.properties.get(PROPERTY_TAGS, "")
-
-    @property
-    def keys(self) -> str:
-        return self.properties.get(PROPERTY_KEYS, "")
-
-
-class EncodedRecord(NamedTuple):
-    """A record ready to be copied into the CommitLog, placeholders still unpatched."""
-
-    data: bytes
-    topic: str
-    queue_id: int
-    tags_code: int
-    keys: str
-    uniq_key: str
-    sysflag: int
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_message_size: int = 4 * 1024 * 1024
-    max_topic_length: int = 127
-    max_properties_size: int = 32_767
-
-
-@lru_cache(maxsize=4096)
-def validate_topic(topic: str, max_length: int = 127) -> bytes:
-    """The topic's bytes, or InvalidTopicError naming what is wrong."""
-    if not topic:
-        raise InvalidTopicError("topic name is empty")
-    if len(topic) > max_length:
-        raise InvalidTopicError(f"topic name is {len(topic)} characters, the limit is {max_length}")
-    if not TOPIC_PATTERN.fullmatch(topic):
-        raise InvalidTopicError(
-            f"topic name {topic!r} may only contain letters, digits and the characters % | - _"
-        )
-    return topic.encode("ascii")
-
-
-def encode_record(message: Message, store_host: bytes, now_ms: int, limits: Limits) -> EncodedRecord:
-    """Validate a message and encode it with placeholder offsets and store timestamp."""
-    body = message.body
-    if not body:
-        raise EmptyBodyError("message body is empty")
-    if len(body) > limits.max_message_size:
-        raise MessageTooLargeError(
-            f"message body is {len(body)} bytes, the limit is {limits.max_message_size}"
-        )
-    topic = validate_topic(message.topic, limits.max_topic_length)
-    properties = encode_properties(message.properties)
-    if len(properties) > limits.max_properties_size:
-        raise PropertiesTooLargeError(
-            f"properties are {len(properties)} bytes, the limit is {limits.max_properties_size}"
-        )
-    total = FIXED_SIZE + len(body) + len(topic) + len(properties)
-    header = HEADER.pack(
-        total,
-        MESSAGE_MAGIC,
-        _signed_crc(body),
-        message.queue_id,
-        message.flag,
-        PLACEHOLDER,
-        PLACEHOLDER,
-        message.sysflag,
-        message.born_timestamp or now_ms,
-        message.born_host,
-        PLACEHOLDER,
-        store_host,
-        message.reconsume_times,
-        message.prepared_transaction_offset,
-        len(body),
-    )
-    data = b"".join(
-        (header, body, len(topic).to_bytes(1, "big"), topic, SHORT.pack(len(properties)), properties)
-    )
-    props = message.properties
-    tags = props.get(PROPERTY_TAGS, "")
-    return EncodedRecord(
-        data,
-        message.topic,
-        message.queue_id,
-        tags_hash(tags) if tags else 0,
-        props.get(PROPERTY_KEYS, ""),
-        props.get(PROPERTY_UNIQ_KEY, ""),
-        message.sysflag,
-    )
+def store_timestamp(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """STORETIMESTAMP of the record at ``pos``: ``buf`` needs only its first :data:`TIMESTAMP_END` bytes."""
+    return int(TIMESTAMP.unpack_from(buf, pos + POS_STORETIMESTAMP)[0])
 
 
 @dataclass(slots=True)
@@ -357,7 +212,7 @@ def decode_record(
     (props_len,) = SHORT.unpack_from(buf, topic_end)
     if FIXED_SIZE + body_len + topic_len + props_len != total or props_len < 0:
         raise CorruptRecordError(f"field lengths do not add up to the record size {total} at {pos}")
-    if check_crc and _signed_crc(body) != body_crc:
+    if check_crc and signed_crc(body) != body_crc:
         raise CorruptRecordError(f"body CRC mismatch at {pos}")
     props_start = topic_end + 2
     return StoredMessage(
@@ -378,11 +233,6 @@ def decode_record(
         reconsume,
         prepared,
     )
-
-
-def _signed_crc(data: bytes | bytearray | memoryview) -> int:
-    crc = zlib.crc32(data)
-    return crc - (1 << 32) if crc & 0x80000000 else crc
 
 
 class CheckedRecord(NamedTuple):
@@ -458,7 +308,7 @@ def check_record(
     # A properties string always ends in its separator: anything else there is a torn tail.
     if props_len and buf[record_end - 1] != 2:
         return None
-    if _signed_crc(buf[pos + POS_BODY : body_end]) != body_crc:
+    if signed_crc(buf[pos + POS_BODY : body_end]) != body_crc:
         return None
     topic = _valid_topic(bytes(buf[body_end + 1 : topic_end]))
     if topic is None:

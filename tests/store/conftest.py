@@ -17,6 +17,7 @@ import pytest
 
 from app.store import Message, MessageStore, StoreConfig
 from app.store.flush import CommitLogFlusher
+from app.store.message_store import FlusherFactory
 
 TINY_COMMITLOG_FILE_SIZE = 4096
 TINY_CONSUMEQUEUE_FILE_ENTRIES = 8
@@ -41,7 +42,7 @@ class StoreFactory(Protocol):
         store_dir: Path | None = None,
         *,
         on_arrival: Callable[[str, int, int, int], None] | None = None,
-        flusher: Callable[[MessageStore], CommitLogFlusher] | None = None,
+        flusher: FlusherFactory | None = None,
         **overrides: Any,
     ) -> MessageStore: ...
 
@@ -51,8 +52,8 @@ def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
     """``make_store(store_dir=None, *, on_arrival=None, flusher=None, **config_overrides)``: an open store.
 
     ``store_dir`` defaults to ``tmp_path / "store"``; calling again with the same directory after
-    closing the first store reopens it. ``flusher`` receives the unopened store and returns the
-    CommitLog flusher its flush services will use: the seam for injecting a slow, stalled or
+    closing the first store reopens it. ``flusher`` receives the CommitLog's files and the
+    checkpoint and returns the CommitLog flusher the store will use: the seam for injecting a slow, stalled or
     counting disk. Every store still open at teardown is closed.
     """
     stores: list[MessageStore] = []
@@ -61,12 +62,14 @@ def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
         store_dir: Path | None = None,
         *,
         on_arrival: Callable[[str, int, int, int], None] | None = None,
-        flusher: Callable[[MessageStore], CommitLogFlusher] | None = None,
+        flusher: FlusherFactory | None = None,
         **overrides: Any,
     ) -> MessageStore:
-        store = MessageStore(tiny_config(store_dir or tmp_path / "store", **overrides), on_arrival)
-        if flusher is not None:
-            store.flusher = flusher(store)
+        store = MessageStore(
+            tiny_config(store_dir or tmp_path / "store", **overrides),
+            [on_arrival] if on_arrival is not None else (),
+            flusher=flusher or CommitLogFlusher,
+        )
         stores.append(store)
         return store.open()
 

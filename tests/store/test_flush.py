@@ -32,16 +32,9 @@ def flushed_where(store: MessageStore) -> int:
     return store.commitlog.files.flushed_where
 
 
-def counting(store: MessageStore) -> CountingFlusher:
-    return CountingFlusher(store.commitlog.files, store.checkpoint)
-
-
-def gated(store: MessageStore) -> GatedFlusher:
-    return GatedFlusher(store.commitlog.files, store.checkpoint)
-
-
-def stalled(store: MessageStore) -> StalledFlusher:
-    return StalledFlusher(store.commitlog.files, store.checkpoint)
+counting = CountingFlusher
+gated = GatedFlusher
+stalled = StalledFlusher
 
 
 def sync_store(make_store: StoreFactory, **overrides: Any) -> MessageStore:

@@ -1,0 +1,145 @@
+"""QueueTable: the store's ConsumeQueues, one per (topic, queue id), and their files.
+
+It opens a queue the first time a message is dispatched to it, loads the queues found on disk at
+start, answers a queue's offsets, and removes a topic's queues with their files. It needs nothing
+but the configuration, so it can exist before the MessageStore that fills it (see
+:mod:`app.store.message_store` for why that matters).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+
+from app.store.config import StoreConfig
+from app.store.consume_queue import UNIT, ConsumeQueue
+from app.store.file_cache import SegmentCache
+from app.store.mapped_file import MappedFile
+from app.store.topic_deletions import TopicDeletions
+
+log = logging.getLogger(__name__)
+
+QueueKey = tuple[str, int]
+CheckRoom = Callable[[int], None]
+
+
+class QueueTable:
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.queues: dict[QueueKey, ConsumeQueue] = {}
+        # Sized at open, from the limits then in force.
+        self.segment_cache = SegmentCache(max(1, config.max_mapped_segments or 1))
+        self.lock = threading.Lock()
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset of a queue; 0 for a queue that does not exist (yet)."""
+        queue = self.queues.get((topic, queue_id))
+        return queue.max_offset if queue is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.queues.get((topic, queue_id))
+        return queue.min_offset if queue is not None else 0
+
+    def topics(self) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for topic, queue_id in list(self.queues):
+            found.setdefault(topic, []).append(queue_id)
+        return {topic: sorted(ids) for topic, ids in found.items()}
+
+    def all(self) -> list[ConsumeQueue]:
+        return list(self.queues.values())
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    def obtain(self, topic: str, queue_id: int, check_room: CheckRoom) -> ConsumeQueue:
+        """The queue, opened (no segment mapped) if it is new; ``check_room`` vets its new files."""
+        queue = self.queues.get((topic, queue_id))
+        if queue is None:
+            with self.lock:
+                queue = self.queues.get((topic, queue_id))
+                if queue is None:
+                    queue = ConsumeQueue.open(
+                        self.config.consumequeue_dir,
+                        topic,
+                        queue_id,
+                        self.config.consumequeue_file_entries,
+                        self.segment_cache,
+                        check_room,
+                    )
+                    # In place: copying the table for each new queue made a start with tens of
+                    # thousands of queues quadratic. Readers only get() from it or copy it whole
+                    # with list(), each one step under the GIL.
+                    self.queues[(topic, queue_id)] = queue
+        return queue
+
+    def prepare(
+        self,
+        entries: dict[QueueKey, int],
+        queue_offsets: dict[QueueKey, int],
+        held: list[MappedFile],
+        check_room: CheckRoom,
+    ) -> None:
+        """Allocate and map the segments ``entries`` (new entries per queue) go to, and hold them
+        (``held``): under the CommitLog lock, before a batch writes anything, so that dispatch
+        never opens or maps one."""
+        for (topic, queue_id), count in entries.items():
+            queue = self.queues.get((topic, queue_id)) or self.obtain(topic, queue_id, check_room)
+            queue.prepare(queue_offsets.get((topic, queue_id), 0), count, held)
+
+    def load(self, deletions: TopicDeletions, check_room: CheckRoom) -> None:
+        """Name the segments of every queue on disk (mapping none); drop what a crash in the middle
+        of a topic's deletion left behind."""
+        root = self.config.consumequeue_dir
+        with os.scandir(root) as topic_entries:
+            topics = sorted(entry.name for entry in topic_entries if entry.is_dir())
+        for topic in topics:
+            with os.scandir(root / topic) as queue_entries:
+                queue_ids = sorted(
+                    int(entry.name) for entry in queue_entries if entry.is_dir() and entry.name.isdigit()
+                )
+            for queue_id in queue_ids:
+                self.obtain(topic, queue_id, check_room).files.load()
+        self._drop_deleted_queues(deletions)
+
+    def close(self) -> None:
+        for queue in self.all():
+            queue.close()
+
+    # -- removing --------------------------------------------------------------------------------
+
+    def detach_topic(self, topic: str) -> list[ConsumeQueue]:
+        """Take every queue of ``topic`` out of the table (call :meth:`remove_files` on them next)."""
+        with self.lock:
+            doomed = [queue for key, queue in self.queues.items() if key[0] == topic]
+            self.queues = {key: queue for key, queue in self.queues.items() if key[0] != topic}
+        return doomed
+
+    def remove_files(self, topic: str, queues: Iterable[ConsumeQueue]) -> None:
+        """Delete the files of detached queues of ``topic``, and its directory once empty."""
+        for queue in queues:
+            queue.files.remove_first(len(queue.files.files))
+            if queue.files.directory.is_dir():
+                queue.files.directory.rmdir()
+        topic_dir = self.config.consumequeue_dir / topic
+        if topic_dir.is_dir() and not any(topic_dir.iterdir()):
+            topic_dir.rmdir()
+
+    def _drop_deleted_queues(self, deletions: TopicDeletions) -> None:
+        """Remove what a crash in the middle of a topic's deletion left: a queue of a deleted topic
+        whose first entry points below the deletion floor holds only dead entries (the queues of a
+        re-created topic start above it)."""
+        for key, queue in list(self.queues.items()):
+            floor = deletions.floor(key[0])
+            if floor and queue.files.files:
+                first = queue.entry(queue.files.min_offset // UNIT.size)
+                if first is None or first[0] < floor:
+                    log.warning("removing queue %s of deleted topic %r, left behind by a crash", *key[::-1])
+                    self.queues = {k: q for k, q in self.queues.items() if k != key}
+                    self.remove_files(key[0], [queue])
