@@ -24,7 +24,6 @@ The clock, the disk usage probe and the CommitLog flusher are collaborators (``c
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -33,14 +32,14 @@ from concurrent.futures import Future
 
 from app.store.atomic_file import fsync_directory
 from app.store.checkpoint import NO_CLEAN_END, Checkpoint
-from app.store.commit_log import CommitLog, skips_consume_queue
+from app.store.commit_log import CommitLog
 from app.store.config import StoreConfig
 from app.store.consume_queue import ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager
 from app.store.dir_lock import StoreDirectoryLock
 from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
-from app.store.errors import NO_SPACE, DiskFullError, InvalidQueueError, StoreClosedError
-from app.store.file_cache import SegmentCache, max_map_count, raise_nofile_limit, store_file_budget
+from app.store.errors import NO_SPACE, DiskFullError, StoreClosedError
+from app.store.file_cache import SegmentCache
 from app.store.filter import TagFilter
 from app.store.flush import (
     AsyncFlushService,
@@ -51,9 +50,8 @@ from app.store.flush import (
 )
 from app.store.index_service import IndexService
 from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
-from app.store.mapped_file import MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
-from app.store.queue_table import QueueTable
+from app.store.queue_table import QueueDispatcher, QueueTable
 from app.store.reader import MessageReader
 from app.store.record import (
     CheckedRecord,
@@ -62,29 +60,22 @@ from app.store.record import (
     StoredMessage,
     decode_record,
     encode_host,
-    encode_record,
 )
 from app.store.recovery import RecoveryReport, recover
-from app.store.results import AppendResult, GetMessageResult, PutStatus
+from app.store.results import AppendResult, GetMessageResult
 from app.store.retention import CleanReport, CleanService
 from app.store.store_services import StoreServices
 from app.store.topic_deletions import TopicDeletions
+from app.store.writer import ArrivalListener, MessageWriter
 
 log = logging.getLogger(__name__)
 
-# (topic, queue_id, next queue offset, tags_code): called after every append, outside the lock.
-ArrivalListener = Callable[[str, int, int, int], None]
-
-MAX_QUEUE_ID = 1 << 16
 # RocketMQ's accessMessageInMemoryMaxRatio: the share of physical memory that the newest CommitLog
 # bytes are assumed to occupy in the page cache (queryConsumerOffset's "still in memory" test).
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
 
 # Builds the CommitLog's flusher from its files and the checkpoint: tests pass a slow or stalled disk.
 FlusherFactory = Callable[[MappedFileQueue, Checkpoint], CommitLogFlusher]
-
-_DONE: Future[bool] = Future()
-_DONE.set_result(True)
 
 
 def _physical_memory_bytes() -> int:
@@ -110,7 +101,6 @@ class MessageStore:
             raise ValueError("the QueueTable was built for another StoreConfig")
         self.config = config
         self.clock = clock
-        self.dispatchers = tuple(dispatchers)
         self.store_host = encode_host(config.store_host, config.store_port)
         self.limits = Limits(config.max_message_size, config.max_topic_length, config.max_properties_size)
         self.dir_lock = StoreDirectoryLock(config.store_dir)
@@ -138,22 +128,23 @@ class MessageStore:
                 clock,
                 check_room=check_room,
             )
+        self.dirty_queues = DirtyQueues()
+        # Read before recovery dispatches anything: a deleted topic's records must stay dead.
+        self.deletions = TopicDeletions(config.topic_deletions_path).load()
+        self.dispatcher = QueueDispatcher(self.queues, self.deletions, self.dirty_queues, check_room)
         self.commitlog = CommitLog(
             config.commitlog_dir,
             config.commitlog_file_size,
             self.store_host,
-            self._dispatch,
+            self.dispatcher.dispatch,
             on_batch=self.index_service.submit if self.index_service is not None else None,
             check_room=check_room,
         )
         self.flusher = flusher(self.commitlog.files, self.checkpoint)
-        self.dirty_queues = DirtyQueues()
         self.recovery: RecoveryReport | None = None
         self.clean_service = CleanService(
             config, self.commitlog, self.queues.all, self.index_service, self.disk_guard, clock, sleep
         )
-        # Read before recovery dispatches anything: a deleted topic's records must stay dead.
-        self.deletions = TopicDeletions(config.topic_deletions_path).load()
         self.reader = MessageReader(config, self.commitlog, self.queues, self.deletions)
         self.lookup = MessageLookup(
             self.commitlog, self.index_service, self.reader.look_live_message, config.max_index_query_results
@@ -168,6 +159,9 @@ class MessageStore:
             self.index_service,
             self.clean_service,
             self.consumer_offsets,
+        )
+        self.writer = MessageWriter(
+            self.commitlog, self.queues, self.disk_guard, self.limits, self.services, dispatchers
         )
         self.in_memory_bytes = _physical_memory_bytes() * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
         self.is_open = False
@@ -199,14 +193,14 @@ class MessageStore:
         clean = not config.abort_path.exists()
         try:
             self.commitlog.files.load()
-            self._size_segment_cache()
+            self.queues.size_cache(len(self.commitlog.files.files))
             self.queues.load(self.deletions, self.disk_guard.check_room)
             self.recovery = recover(
                 self.commitlog,
                 self.queues.all,
                 self.checkpoint,
                 clean,
-                self._dispatch,
+                self.dispatcher.dispatch,
                 config.recover_segments_normal,
             )
         except BaseException:
@@ -215,14 +209,7 @@ class MessageStore:
             self.queues.close()
             self.dir_lock.release()
             raise
-        commitlog_min = self.commitlog.min_offset
-        for (topic, queue_id), queue in self.queues.queues.items():
-            if commitlog_min > 0 and queue.max_offset > 0:
-                if 0 < queue.max_physical_end <= commitlog_min:
-                    queue.min_logic_offset = queue.max_offset  # all below the log: no search
-                else:
-                    queue.correct_min_offset(commitlog_min)  # maps the queue for the search
-            self.commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
+        self.queues.settle(self.commitlog.min_offset, self.commitlog.queue_offsets)
         try:
             if self.index_service is not None:
                 self.index_service.load(clean)
@@ -293,72 +280,31 @@ class MessageStore:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- writing ---------------------------------------------------------------------------------
+    # -- writing (app.store.writer) ---------------------------------------------------------------
 
     def append(self, messages: Sequence[Message]) -> list[AppendResult]:
-        """Validate, encode (outside the lock) and append messages; no waiting for the disk.
-
-        Either every message is valid and all are stored, or a MessageRejectedError names the
-        first bad one and nothing is stored.
-        """
-        if not self.is_open:
-            raise StoreClosedError("the store is not open")
-        self.disk_guard.check_writable()
-        now = int(time.time() * 1000)
-        host, limits = self.store_host, self.limits
-        check_fits = self.commitlog.check_fits
-        records = []
-        entries: dict[tuple[str, int], int] = {}  # new ConsumeQueue entries per queue
-        total_size = 0
-        for message in messages:
-            if not 0 <= message.queue_id < MAX_QUEUE_ID:
-                raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
-            record = encode_record(message, host, now, limits)
-            size = len(record.data)
-            check_fits(size)
-            total_size += size
-            records.append(record)
-            if not skips_consume_queue(message.sysflag):
-                key = (message.topic, message.queue_id)
-                entries[key] = entries.get(key, 0) + 1
-        held: list[MappedFile] = []
-        try:
-            results = self.commitlog.append(records, total_size, lambda: self._prepare_queues(entries, held))
-        finally:
-            for mapped in held:
-                mapped.release()
-        for listener in self.dispatchers:
-            for result, record in zip(results, records, strict=True):
-                listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
-        return results
+        """Validate, encode and append messages; no waiting for the disk. Either every message is
+        valid and all are stored, or a MessageRejectedError names the first bad one."""
+        self._check_open()
+        return self.writer.append(messages)
 
     def durable(self, results: Sequence[AppendResult]) -> Future[bool]:
-        """A future that is True once ``results`` are on disk as the flush mode promises.
-
-        Under ASYNC_FLUSH it is already done; under SYNC_FLUSH it completes with the group commit
-        that covers the last result (False after the flush timeout).
-        """
-        if self.group_commit is None or not results:
-            return _DONE
-        return self.group_commit.request(max(result.end_offset for result in results))
+        """A future that is True once ``results`` are on disk as the flush mode promises."""
+        return self.writer.durable(results)
 
     def put(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
-        results = self.append(messages)
-        if self.group_commit is not None and results:
-            ok = self.durable(results).result()
-            if not ok:
-                results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
-        return results
+        self._check_open()
+        return self.writer.put(messages)
 
     async def put_async(self, messages: Sequence[Message]) -> list[AppendResult]:
         """As :meth:`put`, awaiting the group commit without blocking the event loop."""
-        results = self.append(messages)
-        if self.group_commit is not None and results:
-            ok = await asyncio.wrap_future(self.durable(results))
-            if not ok:
-                results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
-        return results
+        self._check_open()
+        return await self.writer.put_async(messages)
+
+    def _check_open(self) -> None:
+        if not self.is_open:
+            raise StoreClosedError("the store is not open")
 
     # -- reading (app.store.reader) ---------------------------------------------------------------
 
@@ -493,44 +439,6 @@ class MessageStore:
                 commitlog.queue_offsets.pop((queue.topic, queue.queue_id), None)
         self.queues.remove_files(topic, doomed)
         return len(doomed)
-
-    def _prepare_queues(self, entries: dict[tuple[str, int], int], held: list[MappedFile]) -> None:
-        """Under the CommitLog lock, before a batch writes anything: map and hold the ConsumeQueue
-        segments its entries go to. On a full disk (DiskFullError) or out of descriptors or
-        mappings (ResourceExhaustedError) the batch is refused whole rather than cut between
-        CommitLog and queues."""
-        self.queues.prepare(entries, self.commitlog.queue_offsets, held, self.disk_guard.check_room)
-
-    def _size_segment_cache(self) -> None:
-        """Raise the open-file limit as far as allowed and bound the mapped ConsumeQueue segments
-        by what is left once the CommitLog's segments (and a reserve for index files) are counted."""
-        nofile = raise_nofile_limit()
-        budget = self.config.max_mapped_segments
-        if budget <= 0:
-            fixed = len(self.commitlog.files.files) + 8
-            budget = max(16, store_file_budget(nofile, max_map_count()) - fixed)
-        self.segment_cache.max_mapped = budget
-        log.info("open file limit %d: at most %d ConsumeQueue segments mapped at once", nofile, budget)
-
-    def _dispatch(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        physical_offset: int,
-        size: int,
-        tags_code: int,
-        store_timestamp: int,
-        keys: str,
-        uniq_key: str,
-    ) -> None:
-        if self.deletions.floors and self.deletions.is_dead(topic, physical_offset):
-            return  # recovery walking a record written before its topic was deleted
-        queue = self.queues.queues.get((topic, queue_id)) or self.queues.obtain(
-            topic, queue_id, self.disk_guard.check_room
-        )
-        if queue.put(queue_offset, physical_offset, size, tags_code):
-            self.dirty_queues.mark(queue.files)
 
     def _forget_clean_end(self) -> None:
         """From here on a crash must not look like a clean stop: clear the clean end before the abort

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 
 from app.store.config import StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
-from app.store.file_cache import SegmentCache
+from app.store.file_cache import SegmentCache, max_map_count, raise_nofile_limit, store_file_budget
+from app.store.flush import DirtyQueues
 from app.store.mapped_file import MappedFile
 from app.store.topic_deletions import TopicDeletions
 
@@ -108,6 +109,27 @@ class QueueTable:
                 self.obtain(topic, queue_id, check_room).files.load()
         self._drop_deleted_queues(deletions)
 
+    def size_cache(self, commitlog_segments: int) -> None:
+        """Raise the open-file limit as far as allowed and bound the mapped segments by what is left
+        once the CommitLog's segments (and a reserve for index files) are counted."""
+        nofile = raise_nofile_limit()
+        budget = self.config.max_mapped_segments
+        if budget <= 0:
+            budget = max(16, store_file_budget(nofile, max_map_count()) - commitlog_segments - 8)
+        self.segment_cache.max_mapped = budget
+        log.info("open file limit %d: at most %d ConsumeQueue segments mapped at once", nofile, budget)
+
+    def settle(self, commitlog_min: int, queue_offsets: dict[QueueKey, int]) -> None:
+        """After recovery: skip the entries below the CommitLog's first offset and fill
+        ``queue_offsets`` (the CommitLog's next queue offset of every queue)."""
+        for key, queue in self.queues.items():
+            if commitlog_min > 0 and queue.max_offset > 0:
+                if 0 < queue.max_physical_end <= commitlog_min:
+                    queue.min_logic_offset = queue.max_offset  # all below the log: no search
+                else:
+                    queue.correct_min_offset(commitlog_min)  # maps the queue for the search
+            queue_offsets[key] = queue.max_offset
+
     def close(self) -> None:
         for queue in self.all():
             queue.close()
@@ -143,3 +165,36 @@ class QueueTable:
                     log.warning("removing queue %s of deleted topic %r, left behind by a crash", *key[::-1])
                     self.queues = {k: q for k, q in self.queues.items() if k != key}
                     self.remove_files(key[0], [queue])
+
+
+class QueueDispatcher:
+    """The CommitLog's dispatch: writes each record's ConsumeQueue entry, under the append lock
+    (and during recovery, for every record walked again)."""
+
+    def __init__(
+        self, queues: QueueTable, deletions: TopicDeletions, dirty: DirtyQueues, check_room: CheckRoom
+    ) -> None:
+        self.queues = queues
+        self.deletions = deletions
+        self.dirty = dirty
+        self.check_room = check_room
+
+    def dispatch(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        size: int,
+        tags_code: int,
+        store_timestamp: int,
+        keys: str,
+        uniq_key: str,
+    ) -> None:
+        if self.deletions.floors and self.deletions.is_dead(topic, physical_offset):
+            return  # recovery walking a record written before its topic was deleted
+        queue = self.queues.queues.get((topic, queue_id)) or self.queues.obtain(
+            topic, queue_id, self.check_room
+        )
+        if queue.put(queue_offset, physical_offset, size, tags_code):
+            self.dirty.mark(queue.files)

@@ -1,0 +1,116 @@
+"""MessageWriter: the write path. It validates and encodes a batch outside the lock, appends it
+through the CommitLog (whose dispatch fills the ConsumeQueues under the lock), tells the arrival
+listeners, and waits for the group commit when the flush mode asks for it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+from app.store.commit_log import CommitLog, skips_consume_queue
+from app.store.disk_guard import DiskGuard
+from app.store.errors import InvalidQueueError
+from app.store.mapped_file import MappedFile
+from app.store.queue_table import QueueTable
+from app.store.record import Limits, Message, encode_record
+from app.store.results import AppendResult, PutStatus
+from app.store.store_services import StoreServices
+
+# (topic, queue_id, next queue offset, tags_code): called after every append, outside the lock.
+ArrivalListener = Callable[[str, int, int, int], None]
+
+MAX_QUEUE_ID = 1 << 16
+
+_DONE: Future[bool] = Future()
+_DONE.set_result(True)
+
+
+class MessageWriter:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queues: QueueTable,
+        disk_guard: DiskGuard,
+        limits: Limits,
+        services: StoreServices,
+        dispatchers: Sequence[ArrivalListener],
+    ) -> None:
+        self.commitlog = commitlog
+        self.queues = queues
+        self.disk_guard = disk_guard
+        self.limits = limits
+        self.services = services
+        self.dispatchers = tuple(dispatchers)
+
+    def append(self, messages: Sequence[Message]) -> list[AppendResult]:
+        """Validate, encode (outside the lock) and append messages; no waiting for the disk.
+
+        Either every message is valid and all are stored, or a MessageRejectedError names the
+        first bad one and nothing is stored.
+        """
+        self.disk_guard.check_writable()
+        now = int(time.time() * 1000)
+        host, limits = self.commitlog.store_host, self.limits
+        check_fits = self.commitlog.check_fits
+        records = []
+        entries: dict[tuple[str, int], int] = {}  # new ConsumeQueue entries per queue
+        total_size = 0
+        for message in messages:
+            if not 0 <= message.queue_id < MAX_QUEUE_ID:
+                raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
+            record = encode_record(message, host, now, limits)
+            size = len(record.data)
+            check_fits(size)
+            total_size += size
+            records.append(record)
+            if not skips_consume_queue(message.sysflag):
+                key = (message.topic, message.queue_id)
+                entries[key] = entries.get(key, 0) + 1
+        held: list[MappedFile] = []
+        try:
+            results = self.commitlog.append(records, total_size, lambda: self._prepare_queues(entries, held))
+        finally:
+            for mapped in held:
+                mapped.release()
+        for listener in self.dispatchers:
+            for result, record in zip(results, records, strict=True):
+                listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
+        return results
+
+    def _prepare_queues(self, entries: dict[tuple[str, int], int], held: list[MappedFile]) -> None:
+        """Under the CommitLog lock, before a batch writes anything: map and hold the ConsumeQueue
+        segments its entries go to. On a full disk (DiskFullError) or out of descriptors or
+        mappings (ResourceExhaustedError) the batch is refused whole rather than cut between
+        CommitLog and queues."""
+        self.queues.prepare(entries, self.commitlog.queue_offsets, held, self.disk_guard.check_room)
+
+    def durable(self, results: Sequence[AppendResult]) -> Future[bool]:
+        """A future that is True once ``results`` are on disk as the flush mode promises.
+
+        Under ASYNC_FLUSH it is already done; under SYNC_FLUSH it completes with the group commit
+        that covers the last result (False after the flush timeout).
+        """
+        group_commit = self.services.group_commit
+        if group_commit is None or not results:
+            return _DONE
+        return group_commit.request(max(result.end_offset for result in results))
+
+    def put(self, messages: Sequence[Message]) -> list[AppendResult]:
+        """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
+        results = self.append(messages)
+        if self.services.group_commit is not None and results:
+            ok = self.durable(results).result()
+            if not ok:
+                results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
+        return results
+
+    async def put_async(self, messages: Sequence[Message]) -> list[AppendResult]:
+        """As :meth:`put`, awaiting the group commit without blocking the event loop."""
+        results = self.append(messages)
+        if self.services.group_commit is not None and results:
+            ok = await asyncio.wrap_future(self.durable(results))
+            if not ok:
+                results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
+        return results
