@@ -81,7 +81,6 @@ class CommitLog:
         self.closed = True
         # Offset of the newest record (what a clean stop records in the checkpoint); -1: none.
         self.last_record_offset = -1
-        self.walk_end = 0
 
     @property
     def min_offset(self) -> int:
@@ -209,40 +208,13 @@ class CommitLog:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def walk(
-        self, start_index: int, start_position: int = 0, with_properties: bool = True
-    ) -> Iterator[tuple[int, CheckedRecord]]:
+    def walk(self, start_index: int, start_position: int = 0, with_properties: bool = True) -> LogWalk:
         """Validate records from segment ``start_index`` (at ``start_position``, a record boundary)
-        on; yields (offset, record) for each message (see :func:`check_record` for
-        ``with_properties``).
-
-        Stops at the first record that is not valid; :attr:`walk_end` is then the end of the log and
-        :attr:`last_record_offset` the offset of the last valid record walked (-1 if none).
-        """
-        files = self.files.files
-        self.walk_end = files[start_index].file_from_offset + start_position if files else 0
-        last = -1
-        try:
-            for mapped in files[start_index:]:
-                view = mapped.view
-                base = mapped.file_from_offset
-                position = start_position
-                start_position = 0
-                while True:
-                    checked = check_record(view, position, base + position, with_properties)
-                    if checked is None:
-                        self.walk_end = base + position
-                        return
-                    if checked.size == 0:  # blank END_OF_FILE: the log continues in the next segment
-                        break
-                    last = base + position
-                    yield last, checked
-                    position += checked.size
-                    mapped.last_store_timestamp = checked.store_timestamp
-                self.walk_end = base + mapped.file_size
-        finally:
-            if last >= 0:
-                self.last_record_offset = last
+        on: iterate the walk for (offset, record) of each message (see :func:`check_record` for
+        ``with_properties``). It stops at the first record that is not valid; its ``end`` is then
+        the end of the log, and :attr:`last_record_offset` the offset of the last valid record
+        walked."""
+        return LogWalk(self, start_index, start_position, with_properties)
 
     def records_from(self, offset: int) -> Iterator[tuple[int, CheckedRecord]]:
         """Validate and yield (offset, record) for each message from ``offset`` (a record boundary)
@@ -318,3 +290,41 @@ class CommitLog:
         with self.lock:
             self.closed = True
         self.files.close()
+
+
+class LogWalk:
+    """One validating walk of the CommitLog (:meth:`CommitLog.walk`)."""
+
+    def __init__(self, commitlog: CommitLog, start_index: int, start_position: int, with_properties: bool):
+        self.commitlog = commitlog
+        self.start_index = start_index
+        self.start_position = start_position
+        self.with_properties = with_properties
+        files = commitlog.files.files
+        # Where the walk stopped: the end of the log once it has run out.
+        self.end = files[start_index].file_from_offset + start_position if files else 0
+
+    def __iter__(self) -> Iterator[tuple[int, CheckedRecord]]:
+        start_position, with_properties = self.start_position, self.with_properties
+        last = -1
+        try:
+            for mapped in self.commitlog.files.files[self.start_index :]:
+                view = mapped.view
+                base = mapped.file_from_offset
+                position = start_position
+                start_position = 0
+                while True:
+                    checked = check_record(view, position, base + position, with_properties)
+                    if checked is None:
+                        self.end = base + position
+                        return
+                    if checked.size == 0:  # blank END_OF_FILE: the log continues in the next segment
+                        break
+                    last = base + position
+                    yield last, checked
+                    position += checked.size
+                    mapped.last_store_timestamp = checked.store_timestamp
+                self.end = base + mapped.file_size
+        finally:
+            if last >= 0:
+                self.commitlog.last_record_offset = last

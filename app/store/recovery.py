@@ -120,11 +120,12 @@ def recover(
 
     # Entries past the end hold queue offsets above every record the walk meets (a queue's offsets
     # grow with the log), so the walk can compare with the queues before they are cut.
-    for offset, record in commitlog.walk(start_index, start_position, with_properties=False):
+    walk = commitlog.walk(start_index, start_position, with_properties=False)
+    for offset, record in walk:
         checked += 1
         if not skips_consume_queue(record.sysflag) and redispatch(offset, record, None):
             redispatched += 1
-    end = commitlog.walk_end
+    end = walk.end
     commitlog.files.set_end(end)
     truncated = _cut_past(queues.values(), end)
     for key, queue in queues.items():
