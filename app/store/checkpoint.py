@@ -16,11 +16,14 @@ Layout (big-endian, 48 bytes; a 24-byte file of an older version reads with the 
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from pathlib import Path
 
 from app.store.errors import NO_SPACE, DiskFullError
+
+log = logging.getLogger(__name__)
 
 LAYOUT = struct.Struct(">qqqqqq")
 assert LAYOUT.size == 48
@@ -67,6 +70,17 @@ class Checkpoint:
     def min_offset(self) -> int:
         """A record boundary from which unclean recovery can walk (0: not known)."""
         return min(self.commitlog_offset, self.consumequeue_offset)
+
+    def forget_clean_end(self) -> None:
+        """From here on a crash must not look like a clean stop: clear the clean end (before the
+        abort file exists). A checkpoint that cannot be written is removed instead (unlinking needs
+        no space): the next start then walks the log rather than trust an end that moved on."""
+        self.clean_last_record = NO_CLEAN_END
+        try:
+            self.flush()
+        except DiskFullError as error:
+            log.error("%s; removing the checkpoint so that a crash cannot pass for a clean stop", error)
+            self.path.unlink(missing_ok=True)
 
     def flush(self) -> None:
         """Write every field and force them to disk in one 48-byte write (in place: once the file

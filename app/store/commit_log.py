@@ -283,6 +283,16 @@ class CommitLog:
             return None
         return checked.store_timestamp
 
+    def dispatched_offset(self) -> int:
+        """The end of the log as far as every record before it has its ConsumeQueue entry."""
+        with self.lock:  # an append dispatches each record just after it is written
+            return self.files.max_offset
+
+    def last_store_timestamp(self) -> int:
+        """Store time of the newest record (0 for an empty log)."""
+        last = self.files.last_file
+        return last.last_store_timestamp if last is not None else 0
+
     def open(self) -> None:
         self.closed = False
 

@@ -2,7 +2,8 @@
 life cycle (open: load, recover, start the services; close: drain and checkpoint); the work is
 theirs:
 
-* :class:`~app.store.commit_log.CommitLog` appends, :class:`~app.store.queue_table.QueueTable`
+* :class:`~app.store.writer.MessageWriter` validates and encodes, the
+  :class:`~app.store.commit_log.CommitLog` appends, :class:`~app.store.queue_table.QueueTable`
   holds the ConsumeQueues, :class:`~app.store.reader.MessageReader` answers reads,
   :class:`~app.store.lookup.MessageLookup` lookups by id, key and time,
   :class:`~app.store.store_services.StoreServices` the background threads.
@@ -42,7 +43,6 @@ from app.store.errors import NO_SPACE, DiskFullError, StoreClosedError
 from app.store.file_cache import SegmentCache
 from app.store.filter import TagFilter
 from app.store.flush import (
-    AsyncFlushService,
     CommitLogFlusher,
     ConsumeQueueFlushService,
     DirtyQueues,
@@ -171,10 +171,6 @@ class MessageStore:
         return self.services.group_commit
 
     @property
-    def async_flush(self) -> AsyncFlushService | None:
-        return self.services.async_flush
-
-    @property
     def consumequeue_flush(self) -> ConsumeQueueFlushService | None:
         return self.services.consumequeue_flush
 
@@ -205,9 +201,7 @@ class MessageStore:
             )
         except BaseException:
             # Refused (a file disagrees with the configuration) or failed: leave nothing mapped.
-            self.commitlog.files.close()
-            self.queues.close()
-            self.dir_lock.release()
+            self._release_after_failed_open()
             raise
         self.queues.settle(self.commitlog.min_offset, self.commitlog.queue_offsets)
         try:
@@ -217,21 +211,24 @@ class MessageStore:
                 self.index_service.schedule_rebuild(self.commitlog, self.commitlog.max_offset)
             self.consumer_offsets.load()
         except BaseException:
-            self.commitlog.files.close()
-            self.queues.close()
-            if self.index_service is not None:
-                self.index_service.close()
-            self.dir_lock.release()
+            self._release_after_failed_open()
             raise
-        self._forget_clean_end()
+        self.checkpoint.forget_clean_end()
         self._touch_abort_file()
         # A power loss must not take the abort file (the next start would trust the disk and skip
         # the re-dispatch), nor the names of the directories made above: force the store root.
         fsync_directory(config.store_dir)
         self.commitlog.open()
-        self.services.start(self._last_store_timestamp, self._dispatched_offset)
+        self.services.start(self.commitlog.last_store_timestamp, self.commitlog.dispatched_offset)
         self.is_open = True
         return self
+
+    def _release_after_failed_open(self) -> None:
+        self.commitlog.files.close()
+        self.queues.close()
+        if self.index_service is not None:
+            self.index_service.close()  # closes nothing before its load
+        self.dir_lock.release()
 
     def _touch_abort_file(self) -> None:
         """Mark the store as running. On a full disk the store still starts (to serve reads): the
@@ -257,7 +254,7 @@ class MessageStore:
         for queue in self.queues.all():
             queue.files.flush_all()
         self.checkpoint.commitlog_timestamp = max(
-            self.checkpoint.commitlog_timestamp, self._last_store_timestamp()
+            self.checkpoint.commitlog_timestamp, self.commitlog.last_store_timestamp()
         )
         self.checkpoint.consumequeue_timestamp = self.checkpoint.commitlog_timestamp
         end = self.commitlog.max_offset
@@ -439,23 +436,3 @@ class MessageStore:
                 commitlog.queue_offsets.pop((queue.topic, queue.queue_id), None)
         self.queues.remove_files(topic, doomed)
         return len(doomed)
-
-    def _forget_clean_end(self) -> None:
-        """From here on a crash must not look like a clean stop: clear the clean end before the abort
-        file exists. A checkpoint that cannot be written is removed instead (unlinking needs no
-        space): the next start then walks the log rather than trust an end that moved on."""
-        self.checkpoint.clean_last_record = NO_CLEAN_END
-        try:
-            self.checkpoint.flush()
-        except DiskFullError as error:
-            log.error("%s; removing the checkpoint so that a crash cannot pass for a clean stop", error)
-            self.checkpoint.path.unlink(missing_ok=True)
-
-    def _dispatched_offset(self) -> int:
-        """The end of the log as far as every record before it has its ConsumeQueue entry."""
-        with self.commitlog.lock:  # an append dispatches each record just after it is written
-            return self.commitlog.max_offset
-
-    def _last_store_timestamp(self) -> int:
-        last = self.commitlog.files.last_file
-        return last.last_store_timestamp if last is not None else 0
