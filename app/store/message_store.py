@@ -153,7 +153,6 @@ class MessageStore:
         self.services = StoreServices(
             config,
             self.commitlog,
-            self.flusher,
             self.checkpoint,
             self.dirty_queues,
             self.index_service,
@@ -219,7 +218,9 @@ class MessageStore:
         # the re-dispatch), nor the names of the directories made above: force the store root.
         fsync_directory(config.store_dir)
         self.commitlog.open()
-        self.services.start(self.commitlog.last_store_timestamp, self.commitlog.dispatched_offset)
+        self.services.start(
+            self.flusher, self.commitlog.last_store_timestamp, self.commitlog.dispatched_offset
+        )
         self.is_open = True
         return self
 

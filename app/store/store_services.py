@@ -31,7 +31,6 @@ class StoreServices:
         self,
         config: StoreConfig,
         commitlog: CommitLog,
-        flusher: CommitLogFlusher,
         checkpoint: Checkpoint,
         dirty_queues: DirtyQueues,
         index_service: IndexService | None,
@@ -40,7 +39,6 @@ class StoreServices:
     ) -> None:
         self.config = config
         self.commitlog = commitlog
-        self.flusher = flusher
         self.checkpoint = checkpoint
         self.dirty_queues = dirty_queues
         self.index_service = index_service
@@ -52,20 +50,25 @@ class StoreServices:
         self.consumequeue_flush: ConsumeQueueFlushService | None = None
         self.offset_persist: OffsetPersistService | None = None
 
-    def start(self, covered_timestamp: Callable[[], int], covered_offset: Callable[[], int]) -> None:
-        """``covered_timestamp`` and ``covered_offset``: how far the ConsumeQueues reach once flushed
-        (the checkpoint's ConsumeQueue fields)."""
+    def start(
+        self,
+        flusher: CommitLogFlusher,
+        covered_timestamp: Callable[[], int],
+        covered_offset: Callable[[], int],
+    ) -> None:
+        """``flusher`` forces the CommitLog; ``covered_timestamp`` and ``covered_offset``: how far
+        the ConsumeQueues reach once flushed (the checkpoint's ConsumeQueue fields)."""
         config = self.config
         self.allocate_service = AllocateSegmentService(self.commitlog.files, config.disk_check_interval_ms)
         self.allocate_service.start()
         if config.flush_mode is FlushMode.SYNC:
             self.group_commit = GroupCommitService(
-                self.flusher, config.group_commit_interval_ms, config.sync_flush_timeout_ms
+                flusher, config.group_commit_interval_ms, config.sync_flush_timeout_ms
             )
             self.group_commit.start()
         else:
             self.async_flush = AsyncFlushService(
-                self.flusher,
+                flusher,
                 config.flush_interval_commitlog_ms,
                 config.flush_commitlog_least_pages,
                 config.flush_commitlog_thorough_interval_ms,
