@@ -40,7 +40,8 @@ from app.store.checkpoint import Checkpoint
 from app.store.index_service import IndexService
 from app.store.record import EncodedRecord, encode_host
 from app.store.results import AppendResult, PutStatus
-from bench.common import RESULTS_DIR, Result, Stopwatch, Target, print_table, select_sections, write_json
+from bench import harness
+from bench.harness import RESULTS_DIR, Result, Stopwatch, Target
 
 TOPIC = "bench"
 SECTIONS = ("insert", "store")
@@ -320,49 +321,23 @@ def bench_store(plan: Plan, scratch: Path) -> list[Result]:
 BENCHES: dict[str, Callable[[Plan, Path], list[Result]]] = {"insert": bench_insert, "store": bench_store}
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.index", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a fifth of the keys, a third of the messages")
-    parser.add_argument(
-        "--json", type=Path, default=RESULTS_DIR / "index.json", help="where to write results"
+def make_parser() -> argparse.ArgumentParser:
+    parser = harness.arguments(
+        "index", __doc__.splitlines()[0], "a fifth of the keys, a third of the messages", SECTIONS
     )
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument(
         "--dir", type=Path, default=RESULTS_DIR, help="parent of the scratch directory (must be a real disk)"
     )
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    sections = select_sections(args.only, SECTIONS)
-    if sections is None:
-        return 2
-    args.dir.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="index-bench-", dir=args.dir))
-    results: list[Result] = []
+    args, plan, sections = harness.parse(make_parser(), argv, FULL, QUICK, SECTIONS)
     started = time.perf_counter()
-    try:
-        for name in sections:
-            with Stopwatch() as watch:
-                section = BENCHES[name](plan, root)
-            print_table(section, f"{name} ({watch.seconds:.0f} s)")
-            results += section
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    print(f"\ntotal {elapsed:.0f} s")
-    command = " ".join([".venv/bin/python -m bench.index", *(argv if argv is not None else sys.argv[1:])])
-    settings = {
-        "plan": asdict(plan),
-        "sections": sections,
-        "batch": BATCH,
-        "drain_every": DRAIN_EVERY,
-        "elapsed_s": round(elapsed, 1),
-    }
-    write_json(args.json, "index", command, results, settings)
-    print(f"wrote {args.json}")
+    with harness.scratch_dir("index-bench-", args.dir) as root:
+        results = harness.run_sections(sections, lambda name: BENCHES[name](plan, root))
+    settings = {"plan": asdict(plan), "sections": sections, "batch": BATCH, "drain_every": DRAIN_EVERY}
+    harness.report("index", args.json, argv, results, settings, started)
     return 0
 
 

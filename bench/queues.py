@@ -21,33 +21,32 @@ one (RSS, start and recovery times) is also given per 1,000 queues, so that flat
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import os
 import shutil
-import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-import orjson
-
-from bench.common import RESULTS_DIR, Result, Target, print_table, scratch_parent, write_json
-from bench.http_load import read_answer, request_bytes, rss_bytes
+from bench import harness
+from bench.harness import Result, Target, print_table, scratch_parent
+from bench.http_load import rss_bytes
+from bench.queues_load import (
+    CONCURRENCY,
+    ROUNDS,
+    create_topics,
+    mappings,
+    open_files,
+    produce_all,
+    pull_all,
+)
+from bench.topics import BULK, QUEUES, QUICK_SIZES, SIZES
 from tests.api.low_nofile import NOFILE
 from tests.api.server import BrokerProcess
 
-SIZES = (1, 100, 1_000, 10_000)
-QUICK_SIZES = (1, 100, 1_000)
-QUEUES = 8
-ROUNDS = 3
-BULK = 1_000
-CONCURRENCY = 8
 SAMPLE = 500  # queues pulled after each restart
 SETTINGS = {
     "consumequeue_file_entries": 1_000,
@@ -60,141 +59,6 @@ SETTINGS = {
 TARGET_STORE_FILES = 1_000
 TARGET_RSS_MIB = 1_024.0
 TARGET_START_S = 30.0
-
-
-def topic_name(index: int) -> str:
-    return f"q{index:06d}"
-
-
-@dataclass(slots=True)
-class Calls:
-    """What a run of requests saw: each answer's latency, and the answers of 500 and above."""
-
-    seconds: float = 0.0
-    latencies: list[float] = field(default_factory=list)
-    server_errors: list[str] = field(default_factory=list)
-
-    @property
-    def p99_ms(self) -> float:
-        return statistics.quantiles(self.latencies, n=100, method="inclusive")[98] * 1000
-
-    @property
-    def p50_ms(self) -> float:
-        return statistics.median(self.latencies) * 1000
-
-
-async def run_calls(
-    port: int, requests: list[bytes], check: Callable[[int, int, bytes], str | None]
-) -> Calls:
-    """Send ``requests`` over CONCURRENCY keep-alive connections (a raw HTTP/1.1 client, so the
-    client's cost stays small next to the broker's). ``check(index, status, body)`` returns what is
-    wrong with an answer below 500, or None; an answer of 500 and above is recorded, not raised."""
-    calls = Calls()
-    cursor = iter(range(len(requests)))
-
-    async def worker() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            for index in cursor:
-                sent = time.perf_counter()
-                writer.write(requests[index])
-                status, body, finished = await read_answer(reader)
-                calls.latencies.append(finished - sent)
-                if status >= 500:
-                    calls.server_errors.append(f"{status} {body[:200]!r}")
-                    continue
-                wrong = check(index, status, body)
-                if wrong is not None:
-                    raise RuntimeError(f"request {index}: {wrong}")
-        finally:
-            writer.close()
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    calls.seconds = time.perf_counter() - start
-    return calls
-
-
-def create_topics(url: str, count: int) -> float:
-    """Create ``count`` topics of QUEUES queues in lists of BULK; the wall time."""
-    start = time.perf_counter()
-    with httpx.Client(base_url=url, timeout=300.0) as client:
-        for first in range(0, count, BULK):
-            chunk = [
-                {"name": topic_name(i), "queues": QUEUES} for i in range(first, min(count, first + BULK))
-            ]
-            answer = client.post("/v1/topics", json={"topics": chunk})
-            if answer.status_code != 200 or answer.json()["created"] != len(chunk):
-                raise RuntimeError(f"bulk create: {answer.status_code} {answer.text[:500]}")
-    return time.perf_counter() - start
-
-
-def produce_requests(count: int, round_number: int) -> list[bytes]:
-    requests = []
-    for topic in range(count):
-        messages = [{"body": f"{topic}/{q}/{round_number}", "queue_id": q} for q in range(QUEUES)]
-        body = orjson.dumps({"messages": messages})
-        headers = {"Content-Type": "application/json"}
-        requests.append(request_bytes("POST", f"/v1/topics/{topic_name(topic)}/messages", body, headers))
-    return requests
-
-
-def produce_all(port: int, count: int) -> Calls:
-    """ROUNDS rounds of one message per queue; every message must be stored (status SEND_OK)."""
-
-    def check(index: int, status: int, body: bytes) -> str | None:
-        if status != 200:
-            return f"produce answered {status} {body[:200]!r}"
-        results = orjson.loads(body)["results"]
-        if len(results) != QUEUES or any(r.get("status") != "SEND_OK" for r in results):
-            return f"produce answered {body[:300]!r}"
-        return None
-
-    total = Calls()
-    for round_number in range(ROUNDS):
-        calls = asyncio.run(run_calls(port, produce_requests(count, round_number), check))
-        total.seconds += calls.seconds
-        total.latencies += calls.latencies
-        total.server_errors += calls.server_errors
-    return total
-
-
-def pull_all(port: int, queues: list[tuple[int, int]]) -> Calls:
-    """Pull each (topic, queue) from offset 0; its ROUNDS messages must come back in order."""
-    requests = [
-        request_bytes("GET", f"/v1/topics/{topic_name(t)}/queues/{q}/messages?offset=0") for t, q in queues
-    ]
-
-    def check(index: int, status: int, body: bytes) -> str | None:
-        topic, queue_id = queues[index]
-        if status != 200:
-            return f"pull {topic}/{queue_id} answered {status} {body[:200]!r}"
-        bodies = [m["body"] for m in orjson.loads(body)["messages"]]
-        wanted = [f"{topic}/{queue_id}/{r}" for r in range(ROUNDS)]
-        return None if bodies == wanted else f"pull {topic}/{queue_id} returned {bodies}, not {wanted}"
-
-    return asyncio.run(run_calls(port, requests, check))
-
-
-def open_files(pid: int, store: Path) -> tuple[int, int]:
-    """Descriptors of ``pid``: all, and those of files under ``store``."""
-    total = under = 0
-    prefix = str(store.resolve()) + os.sep
-    for entry in os.scandir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(entry.path)
-        except FileNotFoundError:  # closed while listed
-            continue
-        total += 1
-        under += target.startswith(prefix)
-    return total, under
-
-
-def mappings(pid: int, store: Path) -> tuple[int, int]:
-    """Lines of /proc/<pid>/maps: all, and those mapping files under ``store``."""
-    prefix = str(store.resolve()) + os.sep
-    lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
-    return len(lines), sum(1 for line in lines if prefix in line)
 
 
 START_TIMEOUT_S = 120.0
@@ -295,6 +159,12 @@ def results_of(row: Row, base: Row) -> list[Result]:
     size = f"{row.topics:,} x {QUEUES} = {queues:,} queues"
     failed = Target(0, at_least=False)  # 5xx answers: none
     largest = row.topics >= 10_000
+
+    def capped(name: str, unit: str, value: float, limit: float, note: str = "") -> Result:
+        """A figure held to at most ``limit`` at the largest size."""
+        target = Target(limit, at_least=False) if largest else None
+        return Result(f"{size}: {name}", unit, [value], target=target, note=note)
+
     results = [
         Result(
             f"{size}: 5xx answers",
@@ -318,40 +188,35 @@ def results_of(row: Row, base: Row) -> list[Result]:
         ),
         Result(f"{size}: pull", "pulls/s", [f["pulls_per_s"]]),
         Result(f"{size}: pull p99", "ms", [f["pull_p99_ms"]], note=f"p50 {f['pull_p50_ms']:.1f} ms"),
-        Result(
-            f"{size}: RSS",
+        capped(
+            "RSS",
             "MiB",
-            [f["rss_mib"]],
-            target=Target(TARGET_RSS_MIB, at_least=False) if largest else None,
-            note=f"{f['rss_empty_mib']:.1f} MiB on the empty store, {f['rss_after_start_mib']:.1f} after restart",
+            f["rss_mib"],
+            TARGET_RSS_MIB,
+            f"{f['rss_empty_mib']:.1f} MiB on the empty store, {f['rss_after_start_mib']:.1f} after restart",
         ),
-        Result(
-            f"{size}: descriptors of store files",
+        capped(
+            "descriptors of store files",
             "",
-            [f["store_fds"]],
-            target=Target(TARGET_STORE_FILES, at_least=False) if largest else None,
-            note=f"{f['fds']:.0f} in all (limit {NOFILE}); {f['store_fds_after_start']:.0f} after restart",
+            f["store_fds"],
+            TARGET_STORE_FILES,
+            f"{f['fds']:.0f} in all (limit {NOFILE}); {f['store_fds_after_start']:.0f} after restart",
         ),
-        Result(
-            f"{size}: mappings of store files",
+        capped(
+            "mappings of store files",
             "",
-            [f["store_maps"]],
-            target=Target(TARGET_STORE_FILES, at_least=False) if largest else None,
-            note=f"{f['maps']:.0f} in all; {f['store_maps_after_start']:.0f} after restart",
+            f["store_maps"],
+            TARGET_STORE_FILES,
+            f"{f['maps']:.0f} in all; {f['store_maps_after_start']:.0f} after restart",
         ),
-        Result(
-            f"{size}: start",
+        capped(
+            "start",
             "s",
-            [f["start_s"]],
-            target=Target(TARGET_START_S, at_least=False) if largest else None,
-            note=f"empty store: {f['empty_start_s']:.2f} s" + (f"; {row.failure}" if row.failure else ""),
+            f["start_s"],
+            TARGET_START_S,
+            f"empty store: {f['empty_start_s']:.2f} s" + (f"; {row.failure}" if row.failure else ""),
         ),
-        Result(
-            f"{size}: recovery start (SIGKILL)",
-            "s",
-            [f["recovery_start_s"]],
-            target=Target(TARGET_START_S, at_least=False) if largest else None,
-        ),
+        capped("recovery start (SIGKILL)", "s", f["recovery_start_s"], TARGET_START_S),
     ]
     if row.queues > base.queues:
         per_queue = "over the smallest size's, per 1,000 queues"
@@ -402,18 +267,14 @@ def growth_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.queues", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="up to 1,000 topics (8,000 queues)")
+def make_parser() -> argparse.ArgumentParser:
+    parser = harness.arguments("queues", __doc__.splitlines()[0], "up to 1,000 topics (8,000 queues)")
     parser.add_argument("--sizes", help="comma-separated numbers of topics of 8 queues, e.g. 1,100,10000")
-    parser.add_argument(
-        "--json", type=Path, default=RESULTS_DIR / "queues.json", help="where to write results"
-    )
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args, sizes, _ = harness.parse(make_parser(), argv, SIZES, QUICK_SIZES)
     if args.sizes:
         try:
             sizes = tuple(int(size) for size in args.sizes.split(",") if size.strip())
@@ -423,11 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         if not sizes or min(sizes) < 1:
             print("--sizes needs at least one number of topics, each 1 or more", file=sys.stderr)
             return 2
-    else:
-        sizes = QUICK_SIZES if args.quick else SIZES
-    root = Path(tempfile.mkdtemp(prefix="wharf-bench-queues-", dir=scratch_parent()))
     rows: list[Row] = []
-    try:
+    with harness.scratch_dir("wharf-bench-queues-", scratch_parent()) as root:
         for count in sizes:
             load = os.getloadavg()[0]
             rows.append(run_size(count, root))
@@ -435,15 +293,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {count:,} topics done (load {load:.1f}): {rows[-1].figures}", file=sys.stderr, flush=True
             )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     base = min(rows, key=lambda r: r.queues)
     results = [result for row in rows for result in results_of(row, base)]
     print_table(results, f"Many queues: topics of {QUEUES} queues, open-file limit {NOFILE}")
     print()
     print(growth_table(rows))
-    command = "python -m bench.queues " + " ".join(argv if argv is not None else sys.argv[1:])
-    settings = {
+    settings: dict[str, object] = {
         "sizes": sizes,
         "queues_per_topic": QUEUES,
         "rounds": ROUNDS,
@@ -457,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     }
-    write_json(args.json, "queues", command.strip(), results, settings)
+    harness.report("queues", args.json, argv, results, settings)
     return 1 if any(row.server_errors or row.failure for row in rows) else 0
 
 

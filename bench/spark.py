@@ -32,7 +32,8 @@ import httpx
 from pyspark.sql import DataFrame
 
 from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
-from bench.common import RESULTS_DIR, Result, Stopwatch, print_table, write_json
+from bench import harness
+from bench.harness import Result, Stopwatch, print_table
 from spark_jobs.options import ReadOptions
 from spark_jobs.planning import OffsetRange
 from spark_jobs.reader import read_range
@@ -76,16 +77,10 @@ def timed_noop(frame_factory: Callable[[], DataFrame]) -> float:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.arguments("spark", __doc__, "100,000 messages, 2 repeats", raw=True)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="100,000 messages, 2 repeats")
     parser.add_argument("--master", default="local[*]")
-    parser.add_argument(
-        "--json", type=Path, default=RESULTS_DIR / "spark.json", help="where to write the report"
-    )
     return parser.parse_args(argv)
 
 
@@ -157,11 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             Result("produce (binary batches of 10,000)", "msg/s", [produce_rate]),
         ]
         print_table(results, "Spark: reading a topic through the wharf data source")
-        command = "python -m bench.spark " + " ".join(sys.argv[1:] if argv is None else argv)
-        write_json(
-            args.json,
+        harness.report(
             "spark",
-            command.strip(),
+            args.json,
+            argv,
             results,
             {
                 "messages": args.messages,

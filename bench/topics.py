@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import RESULTS_DIR, Result, Target, print_table, scratch_parent, select_sections, write_json
+from bench import harness
+from bench.harness import Result, Target, print_table, scratch_parent
 from bench.http_load import read_answer, rss_bytes
 from tests.api.server import BrokerProcess
 
@@ -178,47 +177,34 @@ def _run_size(mode: str, count: int, root: Path, registry: dict[str, str], datab
     return results
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.topics", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="up to 1,000 topics")
-    parser.add_argument(
-        "--json", type=Path, default=RESULTS_DIR / "topics.json", help="where to write results"
-    )
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+def make_parser() -> argparse.ArgumentParser:
+    parser = harness.arguments("topics", __doc__.splitlines()[0], "up to 1,000 topics", SECTIONS)
     parser.add_argument(
         "--postgres",
         metavar="URL",
         help="run the route registry on a throw-away database of this PostgreSQL server "
         "(e.g. postgresql://postgres@127.0.0.1:5432/postgres) instead of SQLite",
     )
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    sections = select_sections(args.only, SECTIONS)
-    if sections is None:
-        return 2
-    sizes = QUICK_SIZES if args.quick else SIZES
-    root = Path(tempfile.mkdtemp(prefix="wharf-bench-topics-", dir=scratch_parent()))
+    args, sizes, sections = harness.parse(make_parser(), argv, SIZES, QUICK_SIZES, SECTIONS)
     results: list[Result] = []
-    try:
+    with harness.scratch_dir("wharf-bench-topics-", scratch_parent()) as root:
         for mode in sections:
             for count in sizes:
                 results += run_size(mode, count, root, args.postgres)
                 print(f"  {mode} {count}: {results[-2].note}", file=sys.stderr, flush=True)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     print_table(results, "Topic creation through the API (topics of 8 queues)")
-    command = "python -m bench.topics " + " ".join(argv if argv is not None else sys.argv[1:])
-    settings = {
+    settings: dict[str, object] = {
         "sizes": sizes,
         "concurrency": CONCURRENCY,
         "bulk": BULK,
         "queues": QUEUES,
         "registry": "sqlite",
     }
-    write_json(args.json, "topics", command.strip(), results, settings)
+    harness.report("topics", args.json, argv, results, settings)
     return 0
 
 

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +30,8 @@ import httpx
 import orjson
 from websockets.asyncio.client import connect
 
-from bench.common import RESULTS_DIR, Result, print_table, select_sections, write_json
+from bench import harness
+from bench.harness import Result, Stopwatch
 from tests.api.server import BrokerProcess
 
 SECTIONS = ("push", "fanout", "produce")
@@ -85,7 +84,7 @@ async def drain(base: str, topic: str, count: int, window: int) -> float:
 
 
 def http_drain(url: str, topic: str, count: int, queues: int = 4) -> float:
-    with httpx.Client(base_url=url, timeout=30) as client, _Stopwatch() as watch:
+    with httpx.Client(base_url=url, timeout=30) as client, Stopwatch() as watch:
         received = 0
         for queue_id in range(queues):
             offset = 0
@@ -127,20 +126,10 @@ async def ws_produce(base: str, topic: str, count: int, window: int) -> float:
 
 
 def http_produce(url: str, topic: str, count: int) -> float:
-    with httpx.Client(base_url=url, timeout=30) as client, _Stopwatch() as watch:
+    with httpx.Client(base_url=url, timeout=30) as client, Stopwatch() as watch:
         for _ in range(count):
             client.post(f"/v1/topics/{topic}/messages", json={"body": BODY}).raise_for_status()
     return watch.seconds
-
-
-class _Stopwatch:
-    def __enter__(self) -> _Stopwatch:
-        self._start = time.perf_counter()
-        self.seconds = 0.0
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.seconds = time.perf_counter() - self._start
 
 
 class Bench:
@@ -165,13 +154,11 @@ class Bench:
             ws_rates.append(plan.push_messages / seconds)
             http_rates.append(plan.push_messages / http_drain(self.url, topic, plan.push_messages))
         baseline = Result("HTTP pull, 32 per request", "msgs/s", http_rates, alias="http-pull")
-        pushed = Result(
-            "WebSocket push, 1 subscriber",
-            "msgs/s",
-            ws_rates,
-            note=f"{plan.push_messages:,} stored messages, credit window {plan.credit_window}",
-        ).against(baseline)
-        return [baseline, pushed]
+        note = f"{plan.push_messages:,} stored messages, credit window {plan.credit_window}"
+        return [
+            baseline,
+            Result("WebSocket push, 1 subscriber", "msgs/s", ws_rates, note=note).against(baseline),
+        ]
 
     def fanout(self) -> list[Result]:
         plan = self.plan
@@ -211,52 +198,31 @@ class Bench:
             seconds = asyncio.run(ws_produce(self.base, topic, plan.produce_messages, plan.produce_window))
             ws_rates.append(plan.produce_messages / seconds)
         baseline = Result("HTTP POST, 1 message per request", "msgs/s", http_rates, alias="http-post")
-        pipelined = Result(
-            "WebSocket produce, pipelined",
-            "msgs/s",
-            ws_rates,
-            note=f"at most {plan.produce_window} unanswered frames, 1 message per frame",
-        ).against(baseline)
-        return [baseline, pipelined]
+        note = f"at most {plan.produce_window} unanswered frames, 1 message per frame"
+        return [
+            baseline,
+            Result("WebSocket produce, pipelined", "msgs/s", ws_rates, note=note).against(baseline),
+        ]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="smaller counts, one repeat")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
-    parser.add_argument(
-        "--json", type=Path, default=RESULTS_DIR / "ws.json", help="where to write the report"
-    )
-    return parser.parse_args(argv)
+def make_parser() -> argparse.ArgumentParser:
+    return harness.arguments("ws", __doc__, "smaller counts, one repeat", SECTIONS, raw=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    sections = select_sections(args.only, SECTIONS)
-    if sections is None:
-        return 2
-    root = Path(tempfile.mkdtemp(prefix="ws-bench-", dir=Path(__file__).resolve().parent))
-    broker = BrokerProcess(root / "store", flush_mode="ASYNC", commitlog_file_size=256 * 1024 * 1024)
-    results: list[Result] = []
+    args, plan, sections = harness.parse(make_parser(), argv, FULL, QUICK, SECTIONS)
     started = time.perf_counter()
-    try:
-        broker.start()
-        bench = Bench(plan, broker)
-        for name in sections:
-            section = getattr(bench, name)()
-            print_table(section, name)
-            results += section
-    finally:
-        broker.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    command = " ".join([".venv/bin/python -m bench.ws", *(argv if argv is not None else sys.argv[1:])])
-    settings = {"plan": asdict(plan), "sections": sections, "elapsed_s": round(elapsed, 1)}
-    write_json(args.json, "ws", command, results, settings)
-    print(f"\ntotal {elapsed:.0f} s; wrote {args.json}")
+    with harness.scratch_dir("ws-bench-", Path(__file__).resolve().parent) as root:
+        broker = BrokerProcess(root / "store", flush_mode="ASYNC", commitlog_file_size=256 * 1024 * 1024)
+        try:
+            broker.start()
+            bench = Bench(plan, broker)
+            results = harness.run_sections(
+                sections, lambda name: getattr(bench, name)(), lambda name, _: name
+            )
+        finally:
+            broker.stop()
+    harness.report("ws", args.json, argv, results, {"plan": asdict(plan), "sections": sections}, started)
     return 0
 
 

@@ -12,43 +12,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.session import wharf_session
+from spark_jobs.session import job_arguments, topic_reader, wharf_session
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="export_parquet", description=__doc__.split("\n")[0])
-    parser.add_argument("--url", required=True, help="broker address, or several separated by commas")
-    parser.add_argument(
-        "--user",
-        default=os.environ.get("WHARF_USER"),
-        help="accessKey:secretKey for a broker with an ACL (default: $WHARF_USER)",
-    )
-    parser.add_argument("--topic", required=True)
+    parser = job_arguments("export_parquet", __doc__.split("\n")[0])
     parser.add_argument("--output", required=True, help="Parquet directory (a path or URI Spark can write)")
-    parser.add_argument("--starting-offsets", default="earliest", help="earliest, or JSON per queue")
-    parser.add_argument("--ending-offsets", default="latest", help="latest, or JSON per queue")
     parser.add_argument("--mode", default="append", choices=["append", "overwrite"])
     parser.add_argument("--min-partitions", type=int, default=None)
-    parser.add_argument("--master", default=None, help="Spark master (default local[*] outside spark-submit)")
     return parser.parse_args(argv)
 
 
 def read_topic(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    reader = (
-        spark.read.format("wharf")
-        .option("url", args.url)
-        .option("user", args.user or "")
-        .option("topic", args.topic)
-        .option("startingOffsets", args.starting_offsets)
-        .option("endingOffsets", args.ending_offsets)
-    )
+    reader = topic_reader(spark, args)
     if args.min_partitions:
         reader = reader.option("minPartitions", str(args.min_partitions))
     return reader.load()

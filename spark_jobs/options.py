@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from spark_jobs.client import WharfSourceError
+from spark_jobs.errors import WharfSourceError
 
 EARLIEST = -2  # in offset JSON, as in Spark's Kafka source
 LATEST = -1
@@ -71,6 +71,15 @@ def _user(options: Mapping[str, str]) -> str | None:
     return user
 
 
+def _addresses(options: Mapping[str, str]) -> tuple[str, ...]:
+    addresses = tuple(
+        part.strip().rstrip("/") for part in _required(options, "url").split(",") if part.strip()
+    )
+    if not addresses:
+        raise OptionError("option 'url' names no broker")
+    return addresses
+
+
 def parse_offsets(name: str, raw: str, topic: str) -> OffsetSpec:
     """``earliest``, ``latest`` or JSON: ``{"<topic>": {"0": 23, "1": -2}}`` or just ``{"0": 23}``.
 
@@ -121,11 +130,7 @@ class ReadOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
         topic = _required(options, "topic")
-        addresses = tuple(
-            part.strip().rstrip("/") for part in _required(options, "url").split(",") if part.strip()
-        )
-        if not addresses:
-            raise OptionError("option 'url' names no broker")
+        addresses = _addresses(options)
         discovery = (_get(options, "discovery") or "auto").lower()
         if discovery not in ("auto", "route", "direct"):
             raise OptionError(f"option 'discovery' must be auto, route or direct, got {discovery!r}")
@@ -166,9 +171,9 @@ class ReadOptions:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    """Where and how a DataFrame's rows are produced."""
+    """Where and how a DataFrame's rows are produced: ``addresses`` bootstrap the topic's route."""
 
-    address: str
+    addresses: tuple[str, ...]
     topic: str
     batch_size: int = 1000
     timeout_s: float = 30.0
@@ -176,11 +181,8 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
-        addresses = [
-            part.strip().rstrip("/") for part in _required(options, "url").split(",") if part.strip()
-        ]
         return cls(
-            address=addresses[0],
+            addresses=_addresses(options),
             topic=_required(options, "topic"),
             batch_size=_int(options, "batchSize", 1000, 1) or 1000,
             timeout_s=(_int(options, "timeoutMs", 30_000, 1) or 30_000) / 1000,

@@ -1,7 +1,7 @@
 """Planning on the driver: which (broker, queue) pairs hold the topic, and which offset range to read.
 
 Discovery asks the route endpoint (``GET /v1/topics/{topic}/route``) of the first bootstrap address
-that answers; the route names every broker whose queues hold the topic and the master's address,
+that answers (app.client's QueueClient, which reads the route as every client does); the route names every broker whose queues hold the topic and the master's address,
 so a topic spread over several brokers is read from each of them. When the registry has no route
 yet (a topic created a moment ago, before the broker's next heartbeat) ``auto`` discovery falls
 back to reading the given addresses directly. Each broker is then asked for its queues' offsets
@@ -14,16 +14,14 @@ checkpoint) use these keys; a bare queue id in a map applies to that queue id on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from spark_jobs.client import BrokerClient, BrokerUnavailableError, DataLossError, WharfSourceError
+from app.client.queues import QueueClient
+from spark_jobs.errors import DataLossError, WharfSourceError
 from spark_jobs.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
-
-PERM_READ = 4
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -64,51 +62,34 @@ class OffsetRange(InputPartition):
         return self.until_offset - self.from_offset
 
 
-def discover(client: BrokerClient, options: ReadOptions) -> list[QueueState]:
+def discover(client: QueueClient, options: ReadOptions) -> list[QueueState]:
     """Every readable queue of the topic with its current offsets, in (broker, queue) order."""
     topic = options.topic
     route = None
     if options.discovery != "direct":
-        route = _first_route(client, options.addresses, topic)
+        route = client.route(options.addresses, topic)
         if route is None and options.discovery == "route":
             raise WharfSourceError(f"no route for topic {topic!r} at {', '.join(options.addresses)}")
-    brokers: list[tuple[str, str, int | None]] = []  # (name, address, readable queues)
+    brokers: dict[tuple[str, str], set[int] | None] = {}  # (name, address) -> readable queue ids
     if route is not None:
-        masters = {
-            data["broker_name"]: data["addresses"]["0"]
-            for data in route["broker_datas"]
-            if "0" in data.get("addresses", {})
-        }
-        for data in route["queue_datas"]:
-            address = masters.get(data["broker_name"])
-            if address is not None and data["perm"] & PERM_READ:
-                brokers.append((data["broker_name"], address.rstrip("/"), data["read_queue_nums"]))
+        by_broker: dict[tuple[str, str], set[int]] = {}
+        for readable_queue in route.read_queues:
+            key = (readable_queue.broker_name, readable_queue.address)
+            by_broker.setdefault(key, set()).add(readable_queue.queue_id)
+        brokers.update(by_broker)
     else:
         several = len(options.addresses) > 1
-        brokers = [
-            (address.split("://")[-1] if several else "", address, None) for address in options.addresses
-        ]
+        brokers = {
+            (address.split("://")[-1] if several else "", address): None for address in options.addresses
+        }
     states = []
-    for name, address, readable in brokers:
+    for (name, address), readable in brokers.items():
         for queue in client.queues(address, topic):
-            queue_id = int(queue["queue_id"])
-            if readable is None or queue_id < readable:
+            if readable is None or queue.queue_id in readable:
                 states.append(
-                    QueueState(
-                        QueueRef(name, queue_id, address), int(queue["min_offset"]), int(queue["max_offset"])
-                    )
+                    QueueState(QueueRef(name, queue.queue_id, address), queue.min_offset, queue.max_offset)
                 )
     return sorted(states, key=lambda state: state.ref)
-
-
-def _first_route(client: BrokerClient, addresses: Iterable[str], topic: str) -> dict[str, Any] | None:
-    error: Exception | None = None
-    for address in addresses:
-        try:
-            return client.route(address, topic)
-        except BrokerUnavailableError as exc:
-            error = exc
-    raise BrokerUnavailableError(f"no bootstrap broker answered: {error}")
 
 
 def lookup(offsets: Mapping[str, int], ref: QueueRef) -> int | None:
@@ -120,7 +101,7 @@ def lookup(offsets: Mapping[str, int], ref: QueueRef) -> int | None:
 
 
 def resolve_starts(
-    client: BrokerClient, options: ReadOptions, states: list[QueueState], spec: OffsetSpec | None = None
+    client: QueueClient, options: ReadOptions, states: list[QueueState], spec: OffsetSpec | None = None
 ) -> dict[QueueRef, int]:
     """Where each queue's read begins; a start before the queue's first stored message is data loss."""
     spec = options.starting_offsets if spec is None else spec
@@ -156,7 +137,7 @@ def resolve_starts(
     return starts
 
 
-def resolve_ends(client: BrokerClient, options: ReadOptions, states: list[QueueState]) -> dict[QueueRef, int]:
+def resolve_ends(client: QueueClient, options: ReadOptions, states: list[QueueState]) -> dict[QueueRef, int]:
     """Where each queue's batch read stops (exclusive), never past what is stored now."""
     ends = {}
     spec = options.ending_offsets
@@ -177,7 +158,7 @@ def resolve_ends(client: BrokerClient, options: ReadOptions, states: list[QueueS
     return ends
 
 
-def _offset_of_time(client: BrokerClient, options: ReadOptions, state: QueueState, timestamp_ms: int) -> int:
+def _offset_of_time(client: QueueClient, options: ReadOptions, state: QueueState, timestamp_ms: int) -> int:
     if state.max_offset == state.min_offset:
         return state.max_offset
     offset = client.search_offset(state.ref.address, options.topic, state.ref.queue_id, timestamp_ms)

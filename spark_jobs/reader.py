@@ -32,9 +32,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from app.client.queues import PullPage, QueueClient
 from app.store.filter import FilterExpressionError, TagFilter
 from app.store.results import GetMessageStatus
-from spark_jobs.client import BrokerClient, DataLossError, PullPage, WharfSourceError
+from spark_jobs.errors import DataLossError, WharfSourceError
 from spark_jobs.options import OptionError, ReadOptions
 from spark_jobs.planning import OffsetRange, discover, plan_ranges, resolve_ends, resolve_starts
 from spark_jobs.schema import BatchBuilder, check_schema, decode_records
@@ -103,12 +104,12 @@ def _pages(
     expression = " || ".join(sorted(tags)) if tags is not None else None
     until = piece.until_offset
 
-    def pull(client: BrokerClient, offset: int) -> PullPage:
+    def pull(client: QueueClient, offset: int) -> PullPage:
         wanted = min(options.max_messages_per_pull, until - offset)
         return client.pull(piece.address, piece.topic, piece.queue_id, offset, wanted, expression)
 
     with (
-        BrokerClient(options.timeout_s, user=options.user) as client,
+        QueueClient(timeout_s=options.timeout_s, user=options.user) as client,
         ThreadPoolExecutor(1, "wharf-prefetch") as prefetch,
     ):
         offset = piece.from_offset
@@ -153,7 +154,7 @@ class WharfBatchReader(DataSourceReader):
         options = self.options
         if self.tags is not None and not self.tags:
             return []  # the tag filters contradict each other: nothing can match
-        with BrokerClient(options.timeout_s, user=options.user) as client:
+        with QueueClient(timeout_s=options.timeout_s, user=options.user) as client:
             states = discover(client, options)
             if self.queue_ids is not None:
                 states = [state for state in states if state.ref.queue_id in self.queue_ids]
@@ -177,6 +178,15 @@ def _pushable_tag(value: object) -> bool:
     return isinstance(value, str) and value == value.strip() and value not in ("", "*") and "||" not in value
 
 
+def _listed(condition: Filter) -> tuple[Any, ...] | None:
+    """The values a column must be one of, for = and IN; None for any other filter."""
+    if isinstance(condition, EqualTo):
+        return (condition.value,)
+    if isinstance(condition, In):
+        return tuple(condition.value)
+    return None
+
+
 class WharfPushdownReader(WharfBatchReader):
     """The batch reader that also takes filters on tags, queue_id and queue_offset into the read."""
 
@@ -196,26 +206,16 @@ class WharfPushdownReader(WharfBatchReader):
         return False
 
     def _push_tags(self, condition: Filter) -> bool:
-        if isinstance(condition, EqualTo):
-            values = (condition.value,)
-        elif isinstance(condition, In):
-            values = tuple(condition.value)
-        else:
-            return False
-        if not all(_pushable_tag(value) for value in values):
+        values = _listed(condition)
+        if values is None or not all(_pushable_tag(value) for value in values):
             return False
         wanted = frozenset(values)
         self.tags = wanted if self.tags is None else self.tags & wanted
         return True
 
     def _push_queue_ids(self, condition: Filter) -> bool:
-        if isinstance(condition, EqualTo):
-            values = (condition.value,)
-        elif isinstance(condition, In):
-            values = tuple(condition.value)
-        else:
-            return False
-        if not all(isinstance(value, int) for value in values):
+        values = _listed(condition)
+        if values is None or not all(isinstance(value, int) for value in values):
             return False
         wanted = frozenset(values)
         self.queue_ids = wanted if self.queue_ids is None else self.queue_ids & wanted

@@ -1,11 +1,13 @@
-"""A SparkSession set up for Wharf jobs: the venv's Python on the workers, the source registered."""
+"""A SparkSession set up for Wharf jobs (the venv's Python on the workers, the source registered),
+and the options and the topic read every job shares."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrameReader, SparkSession
 
 from spark_jobs.datasource import WharfDataSource
 
@@ -30,3 +32,32 @@ def wharf_session(app_name: str, master: str | None = None, **conf: str) -> Spar
     spark = builder.getOrCreate()
     spark.dataSource.register(WharfDataSource)
     return spark
+
+
+def job_arguments(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser with the options every job takes: the brokers, the credentials, the topic to read,
+    where its read starts and ends, and the Spark master."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--url", required=True, help="broker address, or several separated by commas")
+    parser.add_argument(
+        "--user",
+        default=os.environ.get("WHARF_USER"),
+        help="accessKey:secretKey for a broker with an ACL (default: $WHARF_USER)",
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--starting-offsets", default="earliest", help="earliest, or JSON per queue")
+    parser.add_argument("--ending-offsets", default="latest", help="latest, or JSON per queue")
+    parser.add_argument("--master", default=None, help="Spark master (default local[*] outside spark-submit)")
+    return parser
+
+
+def topic_reader(spark: SparkSession, args: argparse.Namespace) -> DataFrameReader:
+    """A batch read of ``args.topic`` from ``args.starting_offsets`` to ``args.ending_offsets``."""
+    return (
+        spark.read.format("wharf")
+        .option("url", args.url)
+        .option("user", args.user or "")
+        .option("topic", args.topic)
+        .option("startingOffsets", args.starting_offsets)
+        .option("endingOffsets", args.ending_offsets)
+    )

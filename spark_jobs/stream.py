@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_jobs.client import BrokerClient
+from app.client.queues import QueueClient
 from spark_jobs.options import ReadOptions
 from spark_jobs.planning import OffsetRange, QueueState, discover, lookup, plan_ranges, resolve_starts
 from spark_jobs.reader import parse_tags, read_range
@@ -59,14 +59,14 @@ class WharfStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self.tags = parse_tags(options.tags)
-        self._client: BrokerClient | None = None
+        self._client: QueueClient | None = None
         self._states: dict[str, QueueState] = {}
         self._target: dict[str, int] | None = None
 
     @property
-    def client(self) -> BrokerClient:
+    def client(self) -> QueueClient:
         if self._client is None:
-            self._client = BrokerClient(self.options.timeout_s, user=self.options.user)
+            self._client = QueueClient(timeout_s=self.options.timeout_s, user=self.options.user)
         return self._client
 
     def _discover(self) -> dict[str, QueueState]:

@@ -11,33 +11,22 @@ tagged with its tag (``untagged`` for none) and keyed by its minute.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.session import wharf_session
+from spark_jobs.session import job_arguments, topic_reader, wharf_session
 
 UNTAGGED = "untagged"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="tag_counts", description=__doc__.split("\n")[0])
-    parser.add_argument("--url", required=True, help="broker address, or several separated by commas")
-    parser.add_argument(
-        "--user",
-        default=os.environ.get("WHARF_USER"),
-        help="accessKey:secretKey for a broker with an ACL (default: $WHARF_USER)",
-    )
-    parser.add_argument("--topic", required=True)
+    parser = job_arguments("tag_counts", __doc__.split("\n")[0])
     output = parser.add_mutually_exclusive_group(required=True)
     output.add_argument("--output-topic", help="produce the counts to this topic (same broker)")
     output.add_argument("--output-table", help="write the counts as Parquet here (overwritten)")
-    parser.add_argument("--starting-offsets", default="earliest")
-    parser.add_argument("--ending-offsets", default="latest")
-    parser.add_argument("--master", default=None, help="Spark master (default local[*] outside spark-submit)")
     return parser.parse_args(argv)
 
 
@@ -64,22 +53,14 @@ def as_messages(counts: DataFrame) -> DataFrame:
 
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
     """Compute and write the counts; returns how many count rows were written."""
-    messages = (
-        spark.read.format("wharf")
-        .option("url", args.url)
-        .option("user", args.user or "")
-        .option("topic", args.topic)
-        .option("startingOffsets", args.starting_offsets)
-        .option("endingOffsets", args.ending_offsets)
-        .load()
-    )
+    messages = topic_reader(spark, args).load()
     counts = tag_counts(messages).cache()
     try:
         if args.output_topic:
             (
                 as_messages(counts)
                 .write.format("wharf")
-                .option("url", args.url.split(",")[0])
+                .option("url", args.url)
                 .option("user", args.user or "")
                 .option("topic", args.output_topic)
                 .mode("append")

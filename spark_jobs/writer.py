@@ -1,5 +1,10 @@
 """Writes: each DataFrame row becomes one message, produced in binary batches (``batchSize`` rows).
 
+Rows go where a producer would send them (app.client.Producer): the topic's route, asked of the
+``url`` brokers, spreads the batches over the writable queues of every broker that serves the
+topic, and a batch a broker fails is retried on another. Rows with a ``queue_id`` go to a queue of
+that id, rows with a ``sharding_key`` to the queue the key picks, always the same one.
+
 Columns: ``body`` (binary or string) is required; ``tags`` (string), ``keys`` (array of strings or a
 space-separated string), ``properties`` (map of strings), ``queue_id`` (int), ``sharding_key``,
 ``unique_id`` (strings) and ``born_timestamp`` (timestamp) are used when present. The columns a
@@ -21,44 +26,34 @@ from datetime import datetime
 from typing import Any
 
 from pyspark import TaskContext
+from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructType,
-    TimestampType,
-)
 
-from app.api.codec import IncomingMessage, encode_batch
-from spark_jobs.client import BrokerClient, WharfSourceError
+from app.client.producer import OutgoingMessage, Producer
+from spark_jobs.errors import WharfSourceError
 from spark_jobs.options import WriteOptions
 
 # At most this many body bytes go into one request, whatever batchSize says.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 
-WRITABLE: dict[str, tuple[DataType, ...]] = {
-    "body": (BinaryType(), StringType()),
-    "tags": (StringType(),),
-    "keys": (ArrayType(StringType()), StringType()),
-    "properties": (MapType(StringType(), StringType()),),
-    "queue_id": (IntegerType(), LongType()),
-    "sharding_key": (StringType(),),
-    "unique_id": (StringType(),),
-    "born_timestamp": (TimestampType(),),
+WRITABLE: dict[str, tuple[T.DataType, ...]] = {
+    "body": (T.BinaryType(), T.StringType()),
+    "tags": (T.StringType(),),
+    "keys": (T.ArrayType(T.StringType()), T.StringType()),
+    "properties": (T.MapType(T.StringType(), T.StringType()),),
+    "queue_id": (T.IntegerType(), T.LongType()),
+    "sharding_key": (T.StringType(),),
+    "unique_id": (T.StringType(),),
+    "born_timestamp": (T.TimestampType(),),
 }
 IGNORED = frozenset({"topic", "broker", "queue_offset", "msg_id", "store_timestamp", "reconsume_times"})
 
 
-def check_write_schema(schema: StructType) -> None:
+def check_write_schema(schema: T.StructType) -> None:
     names = set(schema.fieldNames())
     if "body" not in names:
         raise WharfSourceError("writing to wharf needs a 'body' column (binary or string)")
@@ -77,22 +72,25 @@ def check_write_schema(schema: StructType) -> None:
             )
 
 
-def to_message(row: dict[str, Any], unique_id: str) -> IncomingMessage:
+# Rows of one (queue_id, sharding_key) go out together, in one batch.
+BatchKey = tuple[int | None, str | None]
+
+
+def to_message(row: dict[str, Any], unique_id: str) -> tuple[BatchKey, OutgoingMessage]:
     body = row["body"]
     if body is None:
         raise WharfSourceError("a row has a null body; every message needs one")
     keys = row.get("keys") or []
     born = row.get("born_timestamp")
-    return IncomingMessage(
+    message = OutgoingMessage(
         body=body.encode() if isinstance(body, str) else bytes(body),
         tags=row.get("tags") or "",
         keys=keys.split() if isinstance(keys, str) else [key for key in keys if key],
         properties=dict(row.get("properties") or ()),
-        queue_id=row.get("queue_id"),
-        sharding_key=row.get("sharding_key"),
         unique_id=row.get("unique_id") or unique_id,
         born_timestamp=int(born.timestamp() * 1000) if isinstance(born, datetime) else 0,
     )
+    return (row.get("queue_id"), row.get("sharding_key")), message
 
 
 @dataclass
@@ -104,29 +102,32 @@ class ProducedMessages(WriterCommitMessage):
 
 
 def produce_rows(options: WriteOptions, batches: Iterator[Any], id_prefix: str) -> ProducedMessages:
-    """Produce every row of ``batches`` in order, ``batch_size`` messages per request."""
+    """Produce every row of ``batches``, ``batch_size`` rows at a time (one request per queue_id and
+    sharding_key among them); rows of one sharding key keep their order."""
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     produced = 0
-    pending: list[IncomingMessage] = []
-    pending_bytes = 0
-    with BrokerClient(options.timeout_s, user=options.user) as client:
+    pending: dict[BatchKey, list[OutgoingMessage]] = {}
+    pending_rows = pending_bytes = 0
+    with Producer(options.addresses, retries=3, timeout_s=options.timeout_s, user=options.user) as producer:
 
         def flush() -> None:
-            nonlocal produced, pending, pending_bytes
-            if pending:
-                client.produce_batch(options.address, options.topic, encode_batch(pending))
-                produced += len(pending)
-                pending, pending_bytes = [], 0
+            nonlocal produced, pending_rows, pending_bytes
+            for (queue_id, sharding_key), messages in pending.items():
+                producer.send_batch(options.topic, messages, queue_id=queue_id, sharding_key=sharding_key)
+                produced += len(messages)
+            pending.clear()
+            pending_rows = pending_bytes = 0
 
         index = 0
         for batch in batches:
             for row in batch.to_pylist():
-                message = to_message(row, f"{id_prefix}-{partition}-{index}")
+                key, message = to_message(row, f"{id_prefix}-{partition}-{index}")
                 index += 1
-                pending.append(message)
+                pending.setdefault(key, []).append(message)
+                pending_rows += 1
                 pending_bytes += len(message.body)
-                if len(pending) >= options.batch_size or pending_bytes >= MAX_BATCH_BYTES:
+                if pending_rows >= options.batch_size or pending_bytes >= MAX_BATCH_BYTES:
                     flush()
         flush()
     return ProducedMessages(partition, produced)
@@ -135,7 +136,7 @@ def produce_rows(options: WriteOptions, batches: Iterator[Any], id_prefix: str) 
 class WharfWriter(DataSourceArrowWriter):
     """``df.write.format("wharf").option("url", ...).option("topic", ...).mode("append").save()``."""
 
-    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+    def __init__(self, options: WriteOptions, schema: T.StructType, overwrite: bool) -> None:
         if overwrite:
             raise WharfSourceError("a topic is append-only: write with mode('append')")
         check_write_schema(schema)
@@ -150,7 +151,7 @@ class WharfWriter(DataSourceArrowWriter):
 class WharfStreamWriter(DataSourceStreamArrowWriter):
     """A streaming sink: each micro-batch's rows are produced like a batch write's."""
 
-    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+    def __init__(self, options: WriteOptions, schema: T.StructType) -> None:
         check_write_schema(schema)
         self.options = options
         self.query_id = uuid.uuid4().hex[:16]

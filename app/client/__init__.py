@@ -1,21 +1,27 @@
-"""Wharf's Python client: a route-aware producer, a long-polling pull consumer and topic administration (sync, httpx)."""
+"""Wharf's Python client: a route-aware producer, a long-polling pull consumer, topic administration and
+reads of queues at given offsets (sync, httpx)."""
 
 from app.client.admin import Admin
 from app.client.consumer import ConsumedMessage, PullConsumer
-from app.client.errors import BrokerError, WharfClientError
+from app.client.errors import BrokerError, BrokerUnavailableError, WharfClientError
 from app.client.fault import LatencyFaultTolerance
 from app.client.producer import OutgoingMessage, Producer, SendResult
+from app.client.queues import PullPage, QueueClient, QueueOffsets
 from app.client.routes import MessageQueue, RouteCache, TopicRoute
 
 __all__ = [
     "Admin",
     "BrokerError",
+    "BrokerUnavailableError",
     "ConsumedMessage",
     "LatencyFaultTolerance",
     "MessageQueue",
     "OutgoingMessage",
     "Producer",
     "PullConsumer",
+    "PullPage",
+    "QueueClient",
+    "QueueOffsets",
     "RouteCache",
     "SendResult",
     "TopicRoute",

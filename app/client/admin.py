@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from app.client.auth import User, basic_auth
+from app.client.closing import HttpOwner
 from app.client.errors import raise_for_envelope
 
 # The broker's cap on a bulk create, and on a page.
@@ -16,20 +17,11 @@ MAX_BULK_TOPICS = 1000
 MAX_PAGE = 1000
 
 
-class Admin:
+class Admin(HttpOwner):
     def __init__(self, address: str, *, timeout_s: float = 30.0, user: User | None = None) -> None:
         """``user``: ``"accessKey:secretKey"`` (or a pair) for a broker with an ACL."""
         self.address = address.rstrip("/")
         self.http = httpx.Client(base_url=self.address, timeout=timeout_s, auth=basic_auth(user))
-
-    def __enter__(self) -> Admin:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.http.close()
 
     def create_topic(self, name: str, queues: int | None = None, **fields: Any) -> dict[str, Any]:
         """Create a topic (or find it there with this configuration); BrokerError otherwise."""

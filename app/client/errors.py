@@ -1,7 +1,8 @@
 """The client's exceptions.
 
-WharfClientError            no broker could be reached, or retries ran out
-└── BrokerError             a broker answered with the error envelope (error_code, message)
+WharfClientError                no broker could be reached, or retries ran out
+├── BrokerUnavailableError      no answer (connection refused, timeout, 502-504) after the retries
+└── BrokerError                 a broker answered with the error envelope (error_code, message)
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ import httpx
 
 
 class WharfClientError(Exception):
+    pass
+
+
+class BrokerUnavailableError(WharfClientError):
     pass
 
 

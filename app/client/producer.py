@@ -13,6 +13,7 @@ import httpx
 
 from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.client.auth import User, basic_auth
+from app.client.closing import HttpOwner
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.fault import LatencyFaultTolerance
 from app.client.routes import MessageQueue, RouteCache
@@ -25,6 +26,7 @@ class OutgoingMessage:
     keys: list[str] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
     unique_id: str | None = None
+    born_timestamp: int = 0  # milliseconds; 0: when the broker receives it
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,7 @@ class SendResult:
     address: str
 
 
-class Producer:
+class Producer(HttpOwner):
     """Sends messages to the brokers that serve a topic.
 
     Every message gets a unique id before the first try, so a retry after a lost answer is
@@ -64,15 +66,6 @@ class Producer:
         self.faults = LatencyFaultTolerance(clock)
         self._counter = itertools.count()
 
-    def close(self) -> None:
-        self.http.close()
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def send(
         self,
         topic: str,
@@ -89,9 +82,16 @@ class Producer:
         return self.send_batch(topic, [message], sharding_key=sharding_key)[0]
 
     def send_batch(
-        self, topic: str, messages: Sequence[OutgoingMessage], *, sharding_key: str | None = None
+        self,
+        topic: str,
+        messages: Sequence[OutgoingMessage],
+        *,
+        sharding_key: str | None = None,
+        queue_id: int | None = None,
     ) -> list[SendResult]:
-        """Send a batch to one queue, in the binary batch format; retry on another broker on failure."""
+        """Send a batch to one queue, in the binary batch format; retry on another broker on failure.
+
+        ``queue_id`` keeps the batch to queues with that id (on whichever broker serves one)."""
         for message in messages:
             if message.unique_id is None:
                 message.unique_id = uuid.uuid4().hex.upper()
@@ -99,9 +99,13 @@ class Producer:
         last_error: Exception | None = None
         for attempt in range(self.retries + 1):
             route = self.routes.get(topic, refresh=attempt > 0)
-            if not route.write_queues:
-                raise WharfClientError(f"topic {topic!r} has no writable queue")
-            queue = self._select(route.write_queues, sharding_key, failed_broker)
+            queues = route.write_queues
+            if queue_id is not None:
+                queues = tuple(queue for queue in queues if queue.queue_id == queue_id)
+            if not queues:
+                which = "" if queue_id is None else f" {queue_id}"
+                raise WharfClientError(f"topic {topic!r} has no writable queue{which}")
+            queue = self._select(queues, sharding_key, failed_broker)
             started = time.monotonic()
             try:
                 results = self._post(topic, queue, messages)
@@ -143,6 +147,7 @@ class Producer:
                 properties=message.properties,
                 queue_id=queue.queue_id,
                 unique_id=message.unique_id,
+                born_timestamp=message.born_timestamp,
             )
             for message in messages
         )

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from app.client.errors import WharfClientError, raise_for_envelope
-
-PERM_READ = 4
-PERM_WRITE = 2
+from app.client.errors import BrokerUnavailableError, raise_for_envelope
+from app.routing.perm import PERM_READ, PERM_WRITE
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -24,14 +22,17 @@ class MessageQueue:
 
 @dataclass(frozen=True, slots=True)
 class TopicRoute:
+    """The queues of a topic a producer may write and a consumer may read, on each broker's master."""
+
     topic: str
     write_queues: tuple[MessageQueue, ...]
     read_queues: tuple[MessageQueue, ...]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicRoute:
+        """From the broker's answer to ``GET /v1/topics/{topic}/route`` (RocketMQ's TopicRouteData)."""
         masters = {
-            broker["broker_name"]: broker["addresses"]["0"]
+            broker["broker_name"]: broker["addresses"]["0"].rstrip("/")
             for broker in data["broker_datas"]
             if "0" in broker["addresses"]
         }
@@ -80,19 +81,25 @@ class RouteCache:
         return route
 
     def _fetch(self, topic: str) -> TopicRoute:
-        errors = []
         addresses = list(self.bootstrap)
         # Brokers learned from earlier routes can answer too, should the bootstrap ones be down.
         for _, route in self._routes.values():
             for queue in route.write_queues + route.read_queues:
                 if queue.address not in addresses:
                     addresses.append(queue.address)
-        for address in addresses:
-            try:
-                response = self.http.get(f"{address}/v1/topics/{topic}/route")
-            except httpx.HTTPError as exc:
-                errors.append(f"{address}: {exc}")
-                continue
-            raise_for_envelope(response)
-            return TopicRoute.from_json(response.json())
-        raise WharfClientError(f"no broker answered the route of {topic!r}: {'; '.join(errors)}")
+        return fetch_route(self.http.get, addresses, topic)
+
+
+def fetch_route(get: Callable[[str], httpx.Response], addresses: Sequence[str], topic: str) -> TopicRoute:
+    """The topic's route from the first of ``addresses`` that answers. A broker's error envelope is
+    raised as BrokerError (404 when no broker serves the topic); BrokerUnavailableError when none answers."""
+    errors = []
+    for address in addresses:
+        try:
+            response = get(f"{address.rstrip('/')}/v1/topics/{topic}/route")
+        except (httpx.HTTPError, BrokerUnavailableError) as exc:
+            errors.append(f"{address}: {exc}")
+            continue
+        raise_for_envelope(response)
+        return TopicRoute.from_json(response.json())
+    raise BrokerUnavailableError(f"no broker answered the route of {topic!r}: {'; '.join(errors)}")

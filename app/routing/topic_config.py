@@ -26,13 +26,11 @@ from pathlib import Path
 
 import orjson
 
+from app.routing.perm import PERM_READ, PERM_READ_WRITE, PERM_WRITE
 from app.store.atomic_file import write_atomically
 
 log = logging.getLogger(__name__)
 
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
 MAX_QUEUE_NUMS = 1024
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.routing import topic_config
-from app.routing.topic_config import PERM_READ, TopicConfig, TopicConfigManager
+from app.routing.perm import PERM_READ
+from app.routing.topic_config import TopicConfig, TopicConfigManager
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -75,3 +77,25 @@ def wharf(spark: SparkSession, broker: BrokerProcess) -> Callable[..., DataFrame
         return reader.load()
 
     return read
+
+
+@pytest.fixture
+def two_brokers(tmp_path: Path, postgres_url: str) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    """broker-a and broker-b sharing one route registry, both serving topic ``spread`` (2 queues each),
+    started once the route of ``spread`` names both."""
+    first = BrokerProcess(tmp_path / "a", broker_name="broker-a", database_url=postgres_url).start()
+    second = BrokerProcess(tmp_path / "b", broker_name="broker-b", database_url=postgres_url).start()
+    try:
+        with httpx.Client(timeout=30.0) as http:
+            for process in (first, second):
+                created = http.post(f"{process.url}/v1/topics", json={"name": "spread", "queues": 2})
+                assert created.status_code == 201, created.text
+            # The registry learns of the second broker's queues with its next heartbeat: poll the route.
+            deadline = time.monotonic() + 10
+            while len(http.get(f"{first.url}/v1/topics/spread/route").json().get("queue_datas", [])) < 2:
+                assert time.monotonic() < deadline, "the second broker never showed in the route"
+                time.sleep(0.05)
+        yield first, second
+    finally:
+        second.stop()
+        first.stop()

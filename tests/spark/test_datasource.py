@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,7 +12,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.client import DataLossError
+from spark_jobs.errors import DataLossError
 from spark_jobs.options import ReadOptions
 from spark_jobs.planning import OffsetRange
 from spark_jobs.reader import read_range
@@ -199,50 +198,35 @@ def test_an_unknown_topic_fails_the_query_with_the_brokers_answer(wharf: Reader)
 
 
 def test_several_brokers_are_read_through_the_route(
-    spark: SparkSession, tmp_path: Path, postgres_url: str
+    spark: SparkSession, two_brokers: tuple[BrokerProcess, BrokerProcess]
 ) -> None:
-    database = postgres_url
-    first = BrokerProcess(tmp_path / "a", broker_name="broker-a", database_url=database).start()
-    second = BrokerProcess(tmp_path / "b", broker_name="broker-b", database_url=database).start()
-    try:
-        with httpx.Client(timeout=30.0) as http:
-            for process in (first, second):
-                created = http.post(f"{process.url}/v1/topics", json={"name": "spread", "queues": 2})
-                assert created.status_code == 201, created.text
-            for process, count in ((first, 3), (second, 5)):
-                produced = http.post(
-                    f"{process.url}/v1/topics/spread/messages",
-                    json={"messages": [{"body": f"{process.port}-{i}"} for i in range(count)]},
-                )
-                assert produced.status_code == 200, produced.text
-            deadline = time.monotonic() + 10
-            while len(http.get(f"{first.url}/v1/topics/spread/route").json().get("queue_datas", [])) < 2:
-                assert time.monotonic() < deadline, "the second broker never showed in the route"
-                time.sleep(0.05)
-        frame = (
-            spark.read.format("wharf")
-            .option("url", first.url)
-            .option("topic", "spread")
-            .option("startingOffsets", '{"broker-b:0": 1}')
-            .load()
-        )
-        rows = frame.select("broker", "queue_id", "queue_offset", "body").collect()
-        got = sorted(
-            (row["broker"], row["queue_id"], row["queue_offset"], bytes(row["body"])) for row in rows
-        )
-        assert [row[:3] for row in got] == [
-            ("broker-a", 0, 0),
-            ("broker-a", 0, 1),
-            ("broker-a", 1, 0),
-            ("broker-b", 0, 1),
-            ("broker-b", 0, 2),
-            ("broker-b", 1, 0),
-            ("broker-b", 1, 1),
-        ]
-        assert {row[3].split(b"-")[0] for row in got if row[0] == "broker-b"} == {str(second.port).encode()}
-    finally:
-        second.stop()
-        first.stop()
+    first, second = two_brokers
+    with httpx.Client(timeout=30.0) as http:
+        for process, count in ((first, 3), (second, 5)):
+            produced = http.post(
+                f"{process.url}/v1/topics/spread/messages",
+                json={"messages": [{"body": f"{process.port}-{i}"} for i in range(count)]},
+            )
+            assert produced.status_code == 200, produced.text
+    frame = (
+        spark.read.format("wharf")
+        .option("url", first.url)
+        .option("topic", "spread")
+        .option("startingOffsets", '{"broker-b:0": 1}')
+        .load()
+    )
+    rows = frame.select("broker", "queue_id", "queue_offset", "body").collect()
+    got = sorted((row["broker"], row["queue_id"], row["queue_offset"], bytes(row["body"])) for row in rows)
+    assert [row[:3] for row in got] == [
+        ("broker-a", 0, 0),
+        ("broker-a", 0, 1),
+        ("broker-a", 1, 0),
+        ("broker-b", 0, 1),
+        ("broker-b", 0, 2),
+        ("broker-b", 1, 0),
+        ("broker-b", 1, 1),
+    ]
+    assert {row[3].split(b"-")[0] for row in got if row[0] == "broker-b"} == {str(second.port).encode()}
 
 
 @pytest.fixture(scope="module")

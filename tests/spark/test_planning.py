@@ -8,7 +8,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark_jobs.client import DataLossError, WharfSourceError  # noqa: E402
+from app.client.queues import QueueOffsets  # noqa: E402
+from app.client.routes import TopicRoute  # noqa: E402
+from spark_jobs.errors import DataLossError, WharfSourceError  # noqa: E402
 from spark_jobs.options import OptionError, ReadOptions, parse_offsets  # noqa: E402
 from spark_jobs.planning import (  # noqa: E402
     OffsetRange,
@@ -36,13 +38,12 @@ class FakeClient:
         self._times = times or {}
         self.searched: list[tuple[str, int, int]] = []
 
-    def route(self, address: str, topic: str) -> dict[str, Any] | None:
-        return self._route
+    def route(self, bootstrap: list[str], topic: str) -> TopicRoute | None:
+        return None if self._route is None else TopicRoute.from_json(self._route)
 
-    def queues(self, address: str, topic: str) -> list[dict[str, Any]]:
+    def queues(self, address: str, topic: str) -> list[QueueOffsets]:
         return [
-            {"queue_id": queue_id, "min_offset": low, "max_offset": high, "last_store_timestamp": None}
-            for queue_id, (low, high) in enumerate(self._queues[address])
+            QueueOffsets(queue_id, low, high) for queue_id, (low, high) in enumerate(self._queues[address])
         ]
 
     def search_offset(self, address: str, topic: str, queue_id: int, timestamp_ms: int) -> int:

@@ -48,6 +48,32 @@ def test_rows_become_messages_with_their_fields(
     ) == sorted((body.decode(), tags, keys, props, queue_id) for body, tags, keys, props, queue_id in rows)
 
 
+def test_a_write_routes_like_a_producer_over_every_broker_of_the_topic(
+    spark: SparkSession, two_brokers: tuple[BrokerProcess, BrokerProcess]
+) -> None:
+    first, second = two_brokers
+    # Half the rows carry one of three sharding keys; the others go wherever the producer turns next.
+    rows = [(f"row-{i}", f"key-{i % 3}" if i % 2 else None) for i in range(40)]
+    frame = spark.createDataFrame(rows, "body string, sharding_key string").coalesce(1)
+    # Only the first broker is named: the route sends batches to the second one as well.
+    frame.write.format("wharf").option("url", first.url).option("topic", "spread").option(
+        "batchSize", "5"
+    ).mode("append").save()
+    key_of = dict(rows)
+    places: dict[str | None, set[tuple[str, int]]] = {}
+    for process in (first, second):
+        with httpx.Client(base_url=process.url, timeout=30.0) as http:
+            stored = pull_all(http, "spread")
+        assert stored, f"nothing was written to {process.url}"
+        for message in stored:
+            places.setdefault(key_of.pop(str(message["body"])), set()).add(
+                (process.url, int(message["queue_id"]))
+            )
+    assert key_of == {}, "rows were lost or stored twice"
+    keyed = {key: where for key, where in places.items() if key is not None}
+    assert len(keyed) == 3 and all(len(where) == 1 for where in keyed.values()), keyed
+
+
 def test_a_read_frame_can_be_copied_to_another_topic(
     spark: SparkSession, broker: BrokerProcess, client: httpx.Client, topic: str
 ) -> None:

@@ -1,4 +1,5 @@
-"""Helpers every benchmark shares: repeated timing, targets, a printed table and a JSON report.
+"""The harness every benchmark shares: its common options, a scratch directory, repeated timing,
+targets and baselines, a printed table per section and one JSON report.
 
 The machine benchmarks run on is shared and noisy, so each figure is the median of several repeats,
 and a figure that is judged against something the machine itself can do (the disk's bandwidth, one
@@ -7,16 +8,22 @@ fsync per message) is judged against a baseline measured in the same run, not ag
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+Plan = TypeVar("Plan")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPOSITORY = RESULTS_DIR.parent.parent
@@ -184,3 +191,85 @@ def select_sections(only: str, known: Sequence[str]) -> list[str] | None:
         print(f"unknown sections {unknown}; choose from {list(known)}", file=sys.stderr)
         return None
     return sections
+
+
+def arguments(
+    name: str, description: str, quick: str, sections: Sequence[str] = (), raw: bool = False
+) -> argparse.ArgumentParser:
+    """A parser with the options every benchmark has: ``--quick`` (``quick`` says what it does),
+    ``--json`` (default bench/results/<name>.json) and, for a benchmark of ``sections``, ``--only``.
+    ``raw`` keeps the description's layout (a module docstring shown whole)."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m bench.{name}",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS_DIR / f"{name}.json", help="where to write results"
+    )
+    if sections:
+        parser.add_argument(
+            "--only", default=",".join(sections), help=f"comma-separated subset of {sections}"
+        )
+    return parser
+
+
+def parse(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    full: Plan,
+    quick: Plan,
+    sections: Sequence[str] = (),
+) -> tuple[argparse.Namespace, Plan, list[str]]:
+    """The arguments, the plan (``quick`` with --quick, else ``full``) and the sections --only names,
+    in order; an unknown section is named on stderr and ends the run with status 2."""
+    args = parser.parse_args(argv)
+    chosen = select_sections(args.only, sections) if sections else []
+    if chosen is None:
+        raise SystemExit(2)
+    return args, quick if args.quick else full, chosen
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str, parent: Path) -> Iterator[Path]:
+    """A fresh directory under ``parent`` for one run, removed afterwards."""
+    parent.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_sections(
+    sections: Sequence[str],
+    run: Callable[[str], list[Result]],
+    title: Callable[[str, float], str] | None = None,
+) -> list[Result]:
+    """Run each section, printing its table under ``title(name, seconds)``; every result, in order."""
+    results: list[Result] = []
+    for name in sections:
+        with Stopwatch() as watch:
+            section = run(name)
+        print_table(section, title(name, watch.seconds) if title else f"{name} ({watch.seconds:.0f} s)")
+        results += section
+    return results
+
+
+def report(
+    name: str,
+    path: Path,
+    argv: Sequence[str] | None,
+    results: Sequence[Result],
+    settings: dict[str, object],
+    started: float | None = None,
+) -> None:
+    """Print the total time (when ``started`` is given), then write the JSON report to ``path``."""
+    if started is not None:
+        elapsed = time.perf_counter() - started
+        print(f"\ntotal {elapsed:.0f} s")
+        settings = {**settings, "elapsed_s": round(elapsed, 1)}
+    command = " ".join([f".venv/bin/python -m bench.{name}", *(sys.argv[1:] if argv is None else argv)])
+    write_json(path, name, command, results, settings)
+    print(f"wrote {path}")
