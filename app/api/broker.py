@@ -13,10 +13,10 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode
 from app.api.idempotency import IdempotencyWindow
 from app.api.topic_creator import TopicCreator
+from app.codec import IncomingMessage
 from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from app.api.broker import Broker
-from app.api.codec import IncomingMessage
+from app.codec import IncomingMessage
 from app.longpoll.hold import PullHoldService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings

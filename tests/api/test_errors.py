@@ -7,8 +7,8 @@ import inspect
 import httpx
 import pytest
 
-from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.api.errors import STORE_ERRORS, ErrorCode, code_for
+from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.store import errors as store_errors
 from app.store.record import encode_host
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from app.api.codec import IncomingMessage
 from app.api.ws.produce import ProduceSession
+from app.codec import IncomingMessage
 
 
 class EndlessProducer:

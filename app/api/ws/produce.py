@@ -19,12 +19,12 @@ from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
 from app.api.broker import Broker
-from app.api.codec import IncomingMessage
 from app.api.errors import ApiError, ErrorCode, code_for
 from app.api.messages import describe_validation_error, incoming_from_model
 from app.api.schemas import MessageIn
 from app.api.ws.protocol import receive_frame, serve
 from app.api.ws.sender import FrameSender
+from app.codec import IncomingMessage
 from app.store.errors import StoreError
 from app.store.filter import FilterExpressionError
 

@@ -27,7 +27,6 @@ import orjson
 from fastapi import APIRouter, WebSocket
 
 from app.api.broker import Broker
-from app.api.codec import record_to_json
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
 from app.api.ws.members import GroupMembers
@@ -42,6 +41,7 @@ from app.api.ws.protocol import (
     serve,
 )
 from app.api.ws.sender import FrameSender
+from app.codec import record_to_json
 from app.longpoll.hold import HoldOutcome
 from app.store import GetMessageStatus
 
