@@ -43,7 +43,9 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _SHORT = struct.Struct(">h")
 
-SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
+# The properties the message view shows as fields of their own (tags, keys, unique_id): a producer
+# sets them through those fields, never as properties.
+RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
 
 
 class BatchFormatError(ValueError):
