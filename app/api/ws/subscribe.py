@@ -28,7 +28,7 @@ from fastapi import APIRouter, WebSocket
 
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
-from app.api.ws.members import GroupMembers
+from app.api.ws.members import GroupMembers, group_members
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
     GOING_AWAY,
@@ -47,20 +47,6 @@ from app.store import GetMessageStatus
 router = APIRouter()
 
 _WAIT_STATUSES = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE)
-
-
-def group_members(websocket: WebSocket, broker: Broker) -> GroupMembers:
-    """The app's registry of grouped subscribers, made on first use."""
-    state = websocket.app.state
-    members: GroupMembers | None = getattr(state, "ws_group_members", None)
-    if members is None:
-
-        def read_queues(topic: str) -> int:
-            config = broker.topics.get(topic)
-            return config.read_queue_nums if config is not None else 0
-
-        members = state.ws_group_members = GroupMembers(read_queues)
-    return members
 
 
 class Subscription:
