@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from app.api.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch
+from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch
 from bench.harness import Result, Target
 from bench.http_load import (
     BareServer,

@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 from pyspark.sql import DataFrame
 
-from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
+from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from bench import harness
 from bench.harness import Result, Stopwatch, print_table
 from spark_jobs.options import ReadOptions

@@ -21,7 +21,7 @@ import orjson
 from starlette.datastructures import QueryParams
 
 from app.acl.rules import ACCOUNT, OPEN, Access, Action, Need
-from app.api.broker import Broker
+from app.broker import Broker
 from app.store import parse_message_id
 from app.store.record import decode_record
 

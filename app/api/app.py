@@ -13,13 +13,13 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from app.acl import install_acl
 from app.api import admin, cluster, groups, lookup, messages, topics
-from app.api.broker import Broker
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
 from app.api.openapi import install_openapi
 from app.api.schemas import BrokerStats, HealthStatus, ReadyStatus
 from app.api.ws import router as ws_router
+from app.broker import Broker
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
 from app.routing.registry import BrokerIdentity, RouteRegistry

@@ -1,7 +1,8 @@
 """The one error envelope, ``{"error_code": 40402, "message": "..."}``, and every code Wharf answers.
 
 The HTTP status is always ``error_code // 100``. Store and route registry faults are translated in
-one table, :data:`STORE_ERRORS`; a test fails when a store error class is missing from it.
+one table, :data:`STORE_ERRORS`, the broker core's refusals in another, :data:`BROKER_ERRORS`; a test
+fails when a store or a core error class is missing from its table.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from app.broker import errors as broker_errors
 from app.routing.errors import RegistryUnavailableError
 from app.store import errors as store_errors
 from app.store.filter import FilterExpressionError
@@ -202,6 +204,31 @@ STORE_ERRORS: list[tuple[type[Exception], ErrorCode]] = [
 ]
 
 
+# Every class of app.broker.errors, exactly: its fields (``brokers`` of a 421, the queue's range of a
+# 40014) go into the answer beside the message.
+BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
+    broker_errors.BrokerError: ErrorCode.BAD_REQUEST,
+    broker_errors.BadRequestError: ErrorCode.BAD_REQUEST,
+    broker_errors.InvalidParameterError: ErrorCode.INVALID_PARAMETER,
+    broker_errors.InvalidOffsetError: ErrorCode.INVALID_OFFSET,
+    broker_errors.InvalidPropertyError: ErrorCode.INVALID_PROPERTY,
+    broker_errors.WriteQueueError: ErrorCode.INVALID_QUEUE,
+    broker_errors.OffsetOutOfRangeError: ErrorCode.OFFSET_OUT_OF_RANGE,
+    broker_errors.TopicNotFoundError: ErrorCode.TOPIC_NOT_FOUND,
+    broker_errors.QueueNotFoundError: ErrorCode.QUEUE_NOT_FOUND,
+    broker_errors.TopicNotWritableError: ErrorCode.TOPIC_NOT_WRITABLE,
+    broker_errors.MisdirectedError: ErrorCode.MISDIRECTED,
+}
+
+
+def from_broker(error: broker_errors.BrokerError) -> ApiError:
+    """The answer to a refusal of the broker core."""
+    headers = None
+    if isinstance(error, broker_errors.MisdirectedError):
+        headers = {"Location": error.brokers[0]}
+    return ApiError(BROKER_ERRORS[type(error)], error.message, headers, error.fields or None)
+
+
 def code_for(error: Exception) -> ErrorCode:
     for cls, code in STORE_ERRORS:
         if isinstance(error, cls):
@@ -236,6 +263,10 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, ApiError)
         return error_response(exc.code, exc.message, exc.headers, exc.extra)
 
+    async def broker_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, broker_errors.BrokerError)
+        return await api_error(request, from_broker(exc))
+
     async def store_error(request: Request, exc: Exception) -> Response:
         code = code_for(exc)
         if code is ErrorCode.INTERNAL_ERROR:
@@ -262,6 +293,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(ErrorCode.INTERNAL_ERROR, "internal error")
 
     app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(broker_errors.BrokerError, broker_error)
     app.add_exception_handler(store_errors.StoreError, store_error)
     app.add_exception_handler(FilterExpressionError, store_error)
     app.add_exception_handler(RegistryUnavailableError, store_error)

@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
-from app.api.codec import record_to_json
 from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import ErrorEnvelope, MessageList, MessageOut
 from app.api.topics import BrokerDep, TopicName
+from app.codec import record_to_json
 from app.store import parse_message_id
 from app.store.record import POS_STOREHOST, decode_host
 

@@ -11,7 +11,11 @@ from starlette.datastructures import QueryParams
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.codec import (
+from app.api.edge import media_type_of
+from app.api.errors import ApiError, ErrorCode
+from app.api.schemas import MessageIn, ProduceRequest, ProduceResponse, PullResponse
+from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
+from app.codec import (
     BATCH_MEDIA_TYPE,
     RECORDS_MEDIA_TYPE,
     BatchFormatError,
@@ -21,10 +25,6 @@ from app.api.codec import (
     parse_batch,
     record_to_json,
 )
-from app.api.edge import media_type_of
-from app.api.errors import ApiError, ErrorCode
-from app.api.schemas import MessageIn, ProduceRequest, ProduceResponse, PullResponse
-from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
 from app.store import GetMessageResult, TagFilter
 from app.store.filter import FilterExpressionError
 

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import httpx
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from app.api.broker import Broker
 from app.api.errors import ApiError, ErrorCode
 from app.api.paging import CursorParam, LimitParam, decode_cursor, encode_cursor, parse_limit
 from app.api.schemas import (
@@ -24,6 +23,7 @@ from app.api.schemas import (
     TopicOut,
     TopicSpec,
 )
+from app.broker import Broker
 from app.routing.topic_config import TopicConfig
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"])

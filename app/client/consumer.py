@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.api.codec import RECORDS_MEDIA_TYPE, split_records
 from app.client.auth import User, basic_auth
 from app.client.errors import BrokerError, raise_for_envelope
 from app.client.routes import MessageQueue, RouteCache
+from app.codec import RECORDS_MEDIA_TYPE, split_records
 from app.store.record import StoredMessage, decode_record
 
 log = logging.getLogger(__name__)

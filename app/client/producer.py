@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.client.auth import User, basic_auth
 from app.client.closing import HttpOwner
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.fault import LatencyFaultTolerance
 from app.client.routes import MessageQueue, RouteCache
+from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 
 
 @dataclass(slots=True)

@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 
-from app.api.codec import RECORDS_MEDIA_TYPE
 from app.client.auth import User, basic_auth
 from app.client.closing import HttpOwner
 from app.client.errors import BrokerError, BrokerUnavailableError, raise_for_envelope
 from app.client.routes import TopicRoute, fetch_route
+from app.codec import RECORDS_MEDIA_TYPE
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from app.api.broker import Broker
 from app.api.paging import CursorParam, decode_cursor, encode_cursor
 from app.api.topics import BrokerDep
+from app.broker import Broker
 
 router = APIRouter(prefix="/console/api", include_in_schema=False)
 

@@ -8,8 +8,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from app.api.broker import Broker
-from app.api.codec import IncomingMessage
+from app.broker import Broker
+from app.codec import IncomingMessage
 from app.longpoll.hold import PullHoldService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.api.broker import Broker
-from app.api.errors import ApiError, ErrorCode
+from app.api.errors import ErrorCode, from_broker
+from app.broker import Broker
+from app.broker.errors import OffsetOutOfRangeError
 from app.longpoll.hold import PullHoldService
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
@@ -25,10 +26,11 @@ def test_a_commit_below_the_queues_min_offset_is_refused(tmp_path: Path) -> None
             Settings(), store, TopicConfigManager(tmp_path / "topics.json"), PullHoldService(store.max_offset)
         )
 
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(OffsetOutOfRangeError) as refused:
             broker.commit_offset("billing", "orders", 0, 1)
-        assert refused.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
-        assert refused.value.extra == {"topic": "orders", "queue_id": 0, "min_offset": 2, "max_offset": 5}
+        answer = from_broker(refused.value)
+        assert answer.code is ErrorCode.OFFSET_OUT_OF_RANGE
+        assert answer.extra == {"topic": "orders", "queue_id": 0, "min_offset": 2, "max_offset": 5}
         assert store.consumer_offsets.committed("billing", "orders", 0) == -1
         broker.commit_offset("billing", "orders", 0, 2)
         broker.commit_offset("billing", "orders", 0, 5)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch, split_records
+from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch, split_records
 from app.store import decode_record
 from tests.api.server import BrokerProcess
 from tests.small_disk import fill, mounted_tmpfs

@@ -7,8 +7,9 @@ import inspect
 import httpx
 import pytest
 
-from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
-from app.api.errors import STORE_ERRORS, ErrorCode, code_for
+from app.api.errors import BROKER_ERRORS, STORE_ERRORS, ErrorCode, code_for, from_broker
+from app.broker import errors as broker_errors
+from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.store import errors as store_errors
 from app.store.record import encode_host
 
@@ -139,6 +140,34 @@ def test_every_store_error_class_is_mapped() -> None:
     mapped = {cls for cls, _ in STORE_ERRORS}
     assert set(classes) <= mapped, f"unmapped store errors: {set(classes) - mapped}"
     assert code_for(store_errors.DiskFullError("full")) is ErrorCode.DISK_FULL
+
+
+def test_every_broker_core_error_has_its_code_in_the_one_table() -> None:
+    classes = {
+        cls
+        for _, cls in inspect.getmembers(broker_errors, inspect.isclass)
+        if issubclass(cls, broker_errors.BrokerError)
+    }
+    assert classes == set(BROKER_ERRORS), f"unmapped broker errors: {classes - set(BROKER_ERRORS)}"
+    assert len(classes) > 5
+
+
+def test_the_fields_of_a_core_error_reach_the_answer() -> None:
+    misdirected = from_broker(broker_errors.MisdirectedError("elsewhere", ["http://b:1", "http://c:2"]))
+    assert (misdirected.code, misdirected.extra) == (
+        ErrorCode.MISDIRECTED,
+        {"brokers": ["http://b:1", "http://c:2"]},
+    )
+    assert misdirected.headers == {"Location": "http://b:1"}
+    out_of_range = from_broker(broker_errors.OffsetOutOfRangeError("t", 2, 9, 3, 7))
+    assert out_of_range.code is ErrorCode.OFFSET_OUT_OF_RANGE
+    assert out_of_range.extra == {"topic": "t", "queue_id": 2, "min_offset": 3, "max_offset": 7}
+    missing = from_broker(broker_errors.TopicNotFoundError("topic 't' not found"))
+    assert (missing.code, missing.message, missing.extra) == (
+        ErrorCode.TOPIC_NOT_FOUND,
+        "topic 't' not found",
+        None,
+    )
 
 
 @pytest.mark.parametrize(

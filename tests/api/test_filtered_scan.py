@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.api.broker import MAX_SCAN_SLICES_PER_PULL
+from app.broker import MAX_SCAN_SLICES_PER_PULL
 
 OTHERS = 60_000
 SCAN_ENTRIES = 16_000 // 20  # WHARF_MAX_SCAN_BYTES_PER_PULL's default, in ConsumeQueue entries

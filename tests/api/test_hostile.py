@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.api.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.api.errors import ErrorCode
+from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from tests.api.raw_http import exchange
 from tests.api.server import BrokerProcess
 

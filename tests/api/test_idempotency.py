@@ -7,7 +7,7 @@ import random
 import tracemalloc
 from collections import OrderedDict
 
-from app.api.idempotency import IdempotencyWindow, Key
+from app.broker.idempotency import IdempotencyWindow, Key
 
 
 class FakeClock:

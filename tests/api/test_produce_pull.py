@@ -6,7 +6,7 @@ import base64
 
 import httpx
 
-from app.api.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch, split_records
+from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch, split_records
 from app.store import decode_record
 
 

@@ -138,7 +138,10 @@ def test_a_revoked_queue_is_read_again_from_the_group_offset_by_its_new_owner(
         with ws.subscribe(topic=topic, group="handover", credit=10) as second:
             assert [m["body"] for m in second.messages(1)] == ["unacked on 3"]
             first.send(type="ack", queue_id=3, offset=0)  # too late: queue 3 is not the first's now
-            assert first.status()["unacked"] == 0
+            assert first.status()["unacked"] == 0  # answered after the ack: the ack was handled
+            offsets = client.get("/v1/groups/handover/offsets", params={"topic": topic}).json()["offsets"]
+            assert {o["queue_id"]: o["committed_offset"] for o in offsets}[3] == 0
+            assert not [frame for frame in first.skipped if frame["type"] == "committed"]
 
 
 def test_an_ack_after_the_topic_was_deleted_commits_nothing_and_closes_the_socket(

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from app.api.codec import IncomingMessage
 from app.api.ws.produce import ProduceSession
+from app.codec import IncomingMessage
 
 
 class EndlessProducer:
@@ -42,10 +42,19 @@ class CountingBroker:
             ws_produce_max_frame_bytes=1024 * 1024,
         )
         self.batches: list[int] = []
+        self.stored = 0
 
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
         self.batches.append(len(batch))
-        return [{"status": "SEND_OK"} for _ in batch]
+        first, self.stored = self.stored, self.stored + len(batch)
+        return [{"status": "SEND_OK", "queue_offset": first + i} for i in range(len(batch))]
+
+
+def assert_results_in_order(client: EndlessProducer, at_least: int) -> None:
+    """Every result came, in frame order, each with the offset its message was stored at."""
+    assert len(client.results) >= at_least
+    assert [result["id"] for result in client.results] == list(range(1, len(client.results) + 1))
+    assert [result["queue_offset"] for result in client.results] == list(range(len(client.results)))
 
 
 async def settle() -> None:
@@ -65,7 +74,8 @@ def test_reading_stops_at_the_pending_limit_until_results_are_taken() -> None:
         client.reading_results.set()
         await settle()
         assert client.frames_read > 5
-        assert [result["id"] for result in client.results] == list(range(1, len(client.results) + 1))
+        # The held batch's results and at least one batch read after them reach the client.
+        assert_results_in_order(client, at_least=6)
         assert max(broker.batches) <= 5
         task.cancel()
 
@@ -84,6 +94,7 @@ def test_reading_stops_at_the_pending_bytes_limit_until_results_are_taken() -> N
         client.reading_results.set()
         await settle()
         assert client.frames_read > -(-100 // frame_bytes)
+        assert_results_in_order(client, at_least=-(-100 // frame_bytes) + 1)
         task.cancel()
 
     asyncio.run(scenario())

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from fastapi import WebSocket
+
+    from app.broker import Broker
 
 GroupKey = tuple[str, str]  # (group, topic)
 
@@ -77,3 +82,17 @@ class GroupMembers:
         # and its assignment to another, so the new owner reads the offset the old one left.
         for member, queues in zip(members, allocation, strict=True):
             member.assign(queues)
+
+
+def group_members(websocket: WebSocket, broker: Broker) -> GroupMembers:
+    """The app's registry of grouped subscribers, made on first use."""
+    state = websocket.app.state
+    members: GroupMembers | None = getattr(state, "ws_group_members", None)
+    if members is None:
+
+        def read_queues(topic: str) -> int:
+            config = broker.topics.get(topic)
+            return config.read_queue_nums if config is not None else 0
+
+        members = state.ws_group_members = GroupMembers(read_queues)
+    return members

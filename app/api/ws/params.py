@@ -6,8 +6,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.api.broker import Broker, parse_start
 from app.api.errors import ApiError, ErrorCode
+from app.broker import Broker, parse_start
 from app.store import TagFilter
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.filter import FilterExpressionError

@@ -18,13 +18,13 @@ from typing import Any
 from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
-from app.api.broker import Broker
-from app.api.codec import IncomingMessage
-from app.api.errors import ApiError, ErrorCode, code_for
+from app.api.errors import ApiError, ErrorCode, code_for, from_broker
 from app.api.messages import describe_validation_error, incoming_from_model
 from app.api.schemas import MessageIn
 from app.api.ws.protocol import receive_frame, serve
 from app.api.ws.sender import FrameSender
+from app.broker import Broker, BrokerError
+from app.codec import IncomingMessage
 from app.store.errors import StoreError
 from app.store.filter import FilterExpressionError
 
@@ -45,6 +45,8 @@ def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
 
 
 def error_result(client_id: Any, error: Exception) -> dict[str, Any]:
+    if isinstance(error, BrokerError):
+        error = from_broker(error)
     if isinstance(error, ApiError):
         code, message = error.code, error.message
     else:
@@ -119,7 +121,7 @@ class ProduceSession:
             answers = await self.broker.produce(self.topic, [item for _, item in valid])
             for (client_id, item), answer in zip(valid, answers, strict=True):
                 stored[id(item)] = {"id": client_id, **answer}
-        except (ApiError, StoreError, FilterExpressionError) as batch_error:
+        except (ApiError, BrokerError, StoreError, FilterExpressionError) as batch_error:
             if len(valid) == 1:
                 client_id, item = valid[0]
                 stored[id(item)] = error_result(client_id, batch_error)
@@ -129,7 +131,7 @@ class ProduceSession:
                     try:
                         (answer,) = await self.broker.produce(self.topic, [item])
                         stored[id(item)] = {"id": client_id, **answer}
-                    except (ApiError, StoreError, FilterExpressionError) as error:
+                    except (ApiError, BrokerError, StoreError, FilterExpressionError) as error:
                         stored[id(item)] = error_result(client_id, error)
         return [
             stored[id(item)] if isinstance(item, IncomingMessage) else error_result(client_id, item)

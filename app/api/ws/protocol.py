@@ -36,8 +36,8 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from app.api.broker import Broker
-from app.api.errors import ApiError, ErrorCode, code_for
+from app.api.errors import ApiError, ErrorCode, code_for, from_broker
+from app.broker import Broker, BrokerError
 from app.routing.errors import RegistryUnavailableError
 from app.store import errors as store_errors
 from app.store.filter import FilterExpressionError
@@ -86,6 +86,8 @@ def close_for(error: BaseException) -> WsClose:
     """The close frame that answers an exception raised while serving a socket."""
     if isinstance(error, WsClose):
         return error
+    if isinstance(error, BrokerError):
+        error = from_broker(error)
     if isinstance(error, ApiError):
         return WsClose.from_error(error.code, error.message)
     if isinstance(error, store_errors.StoreError | FilterExpressionError | RegistryUnavailableError):

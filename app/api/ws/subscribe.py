@@ -26,11 +26,9 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, WebSocket
 
-from app.api.broker import Broker
-from app.api.codec import record_to_json
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
-from app.api.ws.members import GroupMembers
+from app.api.ws.members import GroupMembers, group_members
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
     GOING_AWAY,
@@ -42,27 +40,13 @@ from app.api.ws.protocol import (
     serve,
 )
 from app.api.ws.sender import FrameSender
-from app.longpoll.hold import HoldOutcome
+from app.broker import Broker, read_or_hold
+from app.codec import record_to_json
 from app.store import GetMessageStatus
 
 router = APIRouter()
 
 _WAIT_STATUSES = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE)
-_JUMP_STATUSES = (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY)
-
-
-def group_members(websocket: WebSocket, broker: Broker) -> GroupMembers:
-    """The app's registry of grouped subscribers, made on first use."""
-    state = websocket.app.state
-    members: GroupMembers | None = getattr(state, "ws_group_members", None)
-    if members is None:
-
-        def read_queues(topic: str) -> int:
-            config = broker.topics.get(topic)
-            return config.read_queue_nums if config is not None else 0
-
-        members = state.ws_group_members = GroupMembers(read_queues)
-    return members
 
 
 class Subscription:
@@ -91,7 +75,6 @@ class Subscription:
         self.batch = settings.ws_batch_messages
         self.max_unacked = settings.ws_max_unacked if params.group is not None else None
         self.hold_s = settings.ws_hold_ms / 1000
-        self._codes = params.tag_filter.codes if params.tag_filter is not None else None
         self._changed = asyncio.Event()
         self._failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -306,8 +289,15 @@ class Subscription:
         return room
 
     async def _read(self, cursor: QueueCursor) -> None:
-        store = self.broker.store
+        broker = self.broker
         topic, queue_id, tag_filter = self.params.topic, cursor.queue_id, self.params.tag_filter
+
+        def room() -> int:
+            """New messages that may be sent now; none while bytes wait or a redelivery is due."""
+            if self.sender.room_bytes() <= 0 or cursor.redeliver:
+                return 0
+            return self._room()
+
         while True:
             if self.sender.room_bytes() <= 0:
                 # The client has not taken what was sent: no more is read for it (the sender's
@@ -322,16 +312,27 @@ class Subscription:
                     await self._changed.wait()
                 continue
             cursor.kick.clear()
-            room = self._room()
-            if room <= 0:
+            if self._room() <= 0:
                 self._wait_on_client()
                 await self._changed.wait()
                 continue
-            result = store.get_message(topic, queue_id, cursor.offset, room, tag_filter)
-            status = result.status
-            if status is GetMessageStatus.FOUND:
-                # Everything up to the send happens without a pause, so two readers cannot both
-                # spend the same credit or the same byte room.
+            read = await read_or_hold(
+                broker.store,
+                broker.holds,
+                topic,
+                queue_id,
+                cursor.offset,
+                room,
+                tag_filter,
+                self.hold_s,
+                wake=cursor.kick,
+            )
+            if read.shutdown:
+                raise WsClose(GOING_AWAY, "the broker is shutting down")
+            result = read.result
+            if result.status is GetMessageStatus.FOUND:
+                # Everything from the read to the send happens without a pause, so two readers
+                # cannot both spend the same credit or the same byte room.
                 frame, sent = self._messages_frame(cursor, result.records)
                 offsets = result.queue_offsets[:sent]
                 cursor.offset = (
@@ -342,20 +343,9 @@ class Subscription:
                     cursor.delivered(offsets)
                     self.unacked += sent
                 await self.sender.send_encoded(frame)
-            elif status is GetMessageStatus.NO_MATCHED_MESSAGE:
+            elif result.status not in _WAIT_STATUSES:
+                # Past non-matching messages, or back within the queue's range.
                 cursor.offset = result.next_offset
-                if cursor.offset < result.max_offset:
-                    await asyncio.sleep(0)  # a long run of filtered-out messages: let others in
-                else:
-                    await self._hold(cursor, cursor.offset)
-            elif status in _JUMP_STATUSES:
-                cursor.offset = result.next_offset
-            elif status in _WAIT_STATUSES:
-                # An empty queue wakes its readers with its first message, whatever their offset.
-                empty = status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
-                await self._hold(cursor, 0 if empty else cursor.offset)
-            else:  # pragma: no cover - every status is handled above
-                raise AssertionError(f"unexpected read status {status}")
 
     def _messages_frame(self, cursor: QueueCursor, records: list[memoryview]) -> tuple[bytes, int]:
         """A ``messages`` frame of the first records that fit the byte room (at least one), and how
@@ -374,22 +364,6 @@ class Subscription:
             parts.append(part)
             size += len(part) + 1
         return head + b",".join(parts) + b"]}", len(parts)
-
-    async def _hold(self, cursor: QueueCursor, offset: int) -> None:
-        """Wait in the hold service until a message arrives, a redelivery is asked or time is up."""
-        holds = self.broker.holds
-        hold = asyncio.ensure_future(
-            holds.hold(self.params.topic, cursor.queue_id, offset, self._codes, self.hold_s)
-        )
-        kick = asyncio.ensure_future(cursor.kick.wait())
-        try:
-            await asyncio.wait({hold, kick}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            # Cancelling is enough: the hold's own clean-up unregisters it.
-            hold.cancel()
-            kick.cancel()
-        if hold.done() and not hold.cancelled() and hold.result() is HoldOutcome.SHUTDOWN:
-            raise WsClose(GOING_AWAY, "the broker is shutting down")
 
     async def _redeliver(self, cursor: QueueCursor) -> None:
         """Send a negatively acknowledged message again, counting the nacks in reconsume_times."""

@@ -1,5 +1,6 @@
-"""The broker's request logic between HTTP and the store: topics, queue choice, idempotent produce,
-and pulls that are held until a message arrives."""
+"""The broker's operations as plain Python over the store, the hold service and the route
+registry: topics, queue choice, idempotent produce, offsets, and pulls held until a message arrives.
+Refusals are :mod:`app.broker.errors`; the HTTP and WebSocket adapters turn them into answers."""
 
 from __future__ import annotations
 
@@ -13,17 +14,28 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.api.codec import IncomingMessage
-from app.api.errors import ApiError, ErrorCode
-from app.api.idempotency import IdempotencyWindow
-from app.api.topic_creator import TopicCreator
-from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
+from app.broker.errors import (
+    BadRequestError,
+    InvalidOffsetError,
+    InvalidParameterError,
+    InvalidPropertyError,
+    MisdirectedError,
+    OffsetOutOfRangeError,
+    QueueNotFoundError,
+    TopicNotFoundError,
+    TopicNotWritableError,
+    WriteQueueError,
+)
+from app.broker.idempotency import IdempotencyWindow
+from app.broker.pull import read_or_hold
+from app.broker.topic_creator import TopicCreator
+from app.codec import RESERVED_PROPERTIES, IncomingMessage
+from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
-from app.store import GetMessageResult, GetMessageStatus, Message, MessageStore, PutStatus, TagFilter
+from app.store import GetMessageResult, Message, MessageStore, PutStatus, TagFilter
 from app.store.consumer_offsets import ConsumeFromWhere
-from app.store.errors import InvalidTopicError
 from app.store.record import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -34,21 +46,9 @@ from app.store.record import (
 )
 from app.store.results import AppendResult
 
-RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
-
-# A pull is held again only while at least this much of its wait is left.
-MIN_HOLD_S = 0.001
-
-# A tag-filtered pull over a long run of messages that do not match reads the ConsumeQueue in
-# slices of WHARF_MAX_SCAN_BYTES_PER_PULL, yielding to the event loop between two, and answers
-# NO_MATCHED_MESSAGE with the offset past what it scanned after this many slices.
-MAX_SCAN_SLICES_PER_PULL = 32
-
 # An answer of produce: made for a stored message, the index of the same unique id's answer earlier
 # in the batch, or the first message of a repeated unique id.
 Answer = dict[str, Any] | int | StoredMessage
-
-SEND_STATUS = {PutStatus.PUT_OK: "SEND_OK", PutStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT"}
 
 
 def parse_start(start: str) -> tuple[ConsumeFromWhere, int | None]:
@@ -59,9 +59,7 @@ def parse_start(start: str) -> tuple[ConsumeFromWhere, int | None]:
         return ConsumeFromWhere.FIRST_OFFSET, None
     if start.isdigit():
         return ConsumeFromWhere.TIMESTAMP, int(start)
-    raise ApiError(
-        ErrorCode.INVALID_PARAMETER, f"from must be last, first or a timestamp in ms, not {start!r}"
-    )
+    raise InvalidParameterError(f"from must be last, first or a timestamp in ms, not {start!r}")
 
 
 class UniqueIdGenerator:
@@ -101,18 +99,15 @@ class Broker:
 
     # -- topics ----------------------------------------------------------------------------------
 
-    async def _not_here(self, name: str) -> ApiError:
+    async def _not_here(self, name: str) -> TopicNotFoundError | MisdirectedError:
         """The error for a topic this broker does not have: misdirected if others host it."""
         if self.routing is not None:
             elsewhere = await self.routing.brokers_hosting(name)
             if elsewhere:
-                return ApiError(
-                    ErrorCode.MISDIRECTED,
-                    f"topic {name!r} is not served by this broker; send to one of {elsewhere}",
-                    headers={"Location": elsewhere[0]},
-                    extra={"brokers": elsewhere},
+                return MisdirectedError(
+                    f"topic {name!r} is not served by this broker; send to one of {elsewhere}", elsewhere
                 )
-        return ApiError(ErrorCode.TOPIC_NOT_FOUND, f"topic {name!r} not found")
+        return TopicNotFoundError(f"topic {name!r} not found")
 
     async def topic(self, name: str) -> TopicConfig:
         config = self.topics.get(name)
@@ -125,26 +120,20 @@ class Broker:
         if config is None:
             if not self.settings.auto_create_topics:
                 raise await self._not_here(name)
-            try:
-                validate_topic(name, self.settings.max_topic_length)
-            except InvalidTopicError as exc:
-                raise ApiError(ErrorCode.INVALID_TOPIC, str(exc)) from None
+            validate_topic(name, self.settings.max_topic_length)  # InvalidTopicError
             error = await self._not_here(name)
-            if error.code is ErrorCode.MISDIRECTED:
+            if isinstance(error, MisdirectedError):
                 raise error
             queues = self.settings.default_topic_queue_nums
             ((config, _),) = await self.creator.create([TopicConfig(name, queues, queues)])
         if not config.writable:
-            raise ApiError(ErrorCode.TOPIC_NOT_WRITABLE, f"topic {name!r} does not accept messages")
+            raise TopicNotWritableError(f"topic {name!r} does not accept messages")
         return config
 
     async def queue_of(self, name: str, queue_id: int) -> TopicConfig:
         config = await self.topic(name)
         if not 0 <= queue_id < config.queue_nums:
-            raise ApiError(
-                ErrorCode.QUEUE_NOT_FOUND,
-                f"topic {name!r} has queues 0..{config.queue_nums - 1}, not {queue_id}",
-            )
+            raise QueueNotFoundError(f"topic {name!r} has queues 0..{config.queue_nums - 1}, not {queue_id}")
         return config
 
     async def delete_topic(self, name: str) -> None:
@@ -177,9 +166,8 @@ class Broker:
         queues = config.write_queue_nums
         if incoming.queue_id is not None:
             if incoming.queue_id >= queues:
-                raise ApiError(
-                    ErrorCode.INVALID_QUEUE,
-                    f"topic {config.name!r} has write queues 0..{queues - 1}, not {incoming.queue_id}",
+                raise WriteQueueError(
+                    f"topic {config.name!r} has write queues 0..{queues - 1}, not {incoming.queue_id}"
                 )
             return incoming.queue_id
         if incoming.sharding_key is not None:
@@ -194,9 +182,8 @@ class Broker:
         if properties:
             reserved = RESERVED_PROPERTIES.intersection(properties)
             if reserved:
-                raise ApiError(
-                    ErrorCode.INVALID_PROPERTY,
-                    f"properties {sorted(reserved)} are reserved: use the tags, keys and unique_id fields",
+                raise InvalidPropertyError(
+                    f"properties {sorted(reserved)} are reserved: use the tags, keys and unique_id fields"
                 )
             properties = dict(properties)
         else:
@@ -206,7 +193,7 @@ class Broker:
         if incoming.keys:
             for key in incoming.keys:
                 if not key or key.split() != [key]:
-                    raise ApiError(ErrorCode.INVALID_PROPERTY, f"key {key!r} is empty or holds whitespace")
+                    raise InvalidPropertyError(f"key {key!r} is empty or holds whitespace")
             properties[PROPERTY_KEYS] = " ".join(incoming.keys)
         properties[PROPERTY_UNIQ_KEY] = unique_id
         return Message(
@@ -336,18 +323,14 @@ class Broker:
         """The offset a pull reads from: the one asked for, else the group's committed offset."""
         if commit_offset is not None:
             if group is None:
-                raise ApiError(ErrorCode.BAD_REQUEST, "commit_offset needs a group")
+                raise BadRequestError("commit_offset needs a group")
             if commit_offset < 0:
-                raise ApiError(
-                    ErrorCode.INVALID_OFFSET, f"commit_offset must be 0 or more, got {commit_offset}"
-                )
+                raise InvalidOffsetError(f"commit_offset must be 0 or more, got {commit_offset}")
             self.commit_offset(group, topic, queue_id, commit_offset)
         if offset is not None:
             return offset
         if group is None:
-            raise ApiError(
-                ErrorCode.BAD_REQUEST, "give an offset, or a group to read from its committed offset"
-            )
+            raise BadRequestError("give an offset, or a group to read from its committed offset")
         policy, timestamp_ms = parse_start(start)
         return self.group_offset(group, topic, queue_id, policy, timestamp_ms)
 
@@ -355,11 +338,7 @@ class Broker:
         """An offset can be committed only within the queue's [min offset, max offset]."""
         low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         if not low <= offset <= high:
-            raise ApiError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"offset {offset} is outside queue {queue_id} of topic {topic!r}: {low}..{high}",
-                extra={"topic": topic, "queue_id": queue_id, "min_offset": low, "max_offset": high},
-            )
+            raise OffsetOutOfRangeError(topic, queue_id, offset, low, high)
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Commit ``offset`` as the group's next offset on the queue; OFFSET_OUT_OF_RANGE if it is
@@ -391,30 +370,8 @@ class Broker:
     ) -> GetMessageResult:
         """Read from ``offset``; with nothing new and a wait allowed, hold until a matching message
         arrives or the wait ends. Non-matching messages move the offset on while holding."""
-        store = self.store
-        deadline = time.monotonic() + min(max_wait_ms, self.settings.max_wait_ms) / 1000
-        codes = tag_filter.codes if tag_filter is not None else None
-        slices = 0
-        while True:
-            result = store.get_message(topic, queue_id, offset, max_messages, tag_filter)
-            status = result.status
-            if status is GetMessageStatus.FOUND:
-                return result
-            if status is GetMessageStatus.NO_MATCHED_MESSAGE:
-                offset = result.next_offset
-                if offset < result.max_offset:
-                    slices += 1
-                    if slices >= MAX_SCAN_SLICES_PER_PULL:
-                        return result  # the client goes on from next_offset
-                    await asyncio.sleep(0)  # one slice at a time: others are served in between
-                    continue
-            elif status not in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
-                return result
-            remaining = deadline - time.monotonic()
-            if remaining < MIN_HOLD_S:
-                return result
-            # An empty queue wakes its pulls with its first message, whatever offset they asked for.
-            hold_offset = 0 if status is GetMessageStatus.NO_MESSAGE_IN_QUEUE else offset
-            outcome = await self.holds.hold(topic, queue_id, hold_offset, codes, remaining, receive)
-            if outcome is not HoldOutcome.ARRIVED:
-                return result
+        wait_s = min(max_wait_ms, self.settings.max_wait_ms) / 1000
+        read = await read_or_hold(
+            self.store, self.holds, topic, queue_id, offset, max_messages, tag_filter, wait_s, receive
+        )
+        return read.result

@@ -1,0 +1,83 @@
+"""The broker core's exceptions. They know nothing of HTTP: app/api/errors.py maps each class to its
+error code in one table (a test fails when a class is missing from it), and the fields some carry
+(the brokers that host a topic, a queue's offset range) go into the error answer as they are."""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """A request the broker core refuses; ``fields`` go into the error answer beside the message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {}
+
+
+class BadRequestError(BrokerError):
+    """The request's parameters do not go together (a commit without a group, a pull without both)."""
+
+
+class InvalidParameterError(BrokerError):
+    """A parameter is out of range (``from`` that is neither last, first nor a timestamp)."""
+
+
+class InvalidOffsetError(BrokerError):
+    """An offset is negative."""
+
+
+class InvalidPropertyError(BrokerError):
+    """A property is reserved, or a key is empty or holds whitespace."""
+
+
+class WriteQueueError(BrokerError):
+    """A produce names a queue outside the topic's write queues."""
+
+
+class TopicNotFoundError(BrokerError):
+    """The topic does not exist anywhere this broker knows of."""
+
+
+class QueueNotFoundError(BrokerError):
+    """The queue does not exist in the topic."""
+
+
+class TopicNotWritableError(BrokerError):
+    """The topic's permission forbids producing."""
+
+
+class MisdirectedError(BrokerError):
+    """Other brokers host the topic: the client should ask one of ``brokers``."""
+
+    def __init__(self, message: str, brokers: list[str]) -> None:
+        super().__init__(message)
+        self.brokers = brokers
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {"brokers": self.brokers}
+
+
+class OffsetOutOfRangeError(BrokerError):
+    """A committed offset is outside the queue's [min_offset, max_offset]; nothing was committed."""
+
+    def __init__(self, topic: str, queue_id: int, offset: int, min_offset: int, max_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is outside queue {queue_id} of topic {topic!r}: {min_offset}..{max_offset}"
+        )
+        self.topic = topic
+        self.queue_id = queue_id
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+        }
