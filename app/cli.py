@@ -2,7 +2,7 @@
 
 ``wharf serve`` starts the broker on the WHARF_* settings of the environment; ``wharf`` alone and
 ``python -m app`` do the same. ``wharf healthcheck`` asks the broker on this machine for /healthz
-(the container image's HEALTHCHECK).
+(the container image's HEALTHCHECK). ``wharf openapi`` prints the OpenAPI document.
 
 Commands are click commands on the :data:`cli` group (click comes with uvicorn). A command that needs
 the settings reads them with :func:`load_settings`, which reports a bad WHARF_* variable in one line
@@ -196,6 +196,15 @@ def healthcheck(timeout: float) -> None:
     if status != 200:
         print(f"wharf: {url} answered {status}", file=sys.stderr)
         raise SystemExit(EXIT_UNAVAILABLE)
+
+
+@cli.command()
+def openapi() -> None:
+    """Print the OpenAPI document the broker serves, as YAML (the checked-in openapi.yaml)."""
+    from app.api.app import create_app
+    from app.api.openapi import render
+
+    print(render(create_app(load_settings())), end="")
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ FastAPI describes the routes; this module adds what it cannot know, in one place
 - the message schemas that produce parses by hand (``MessageIn``, ``ProduceRequest``);
 - the table of error codes (``ErrorCode``).
 
-``python -m app.api.openapi > openapi.yaml`` writes the checked-in copy; a test fails when it drifts.
+``python -m app openapi > openapi.yaml`` (``wharf openapi``) writes the checked-in copy; a test fails when it drifts.
 """
 
 from __future__ import annotations
@@ -235,8 +235,3 @@ def install_openapi(app: FastAPI) -> None:
 def render(app: FastAPI) -> str:
     return yaml.safe_dump(app.openapi(), sort_keys=False, allow_unicode=True, width=120)
 
-
-if __name__ == "__main__":
-    from app.api.app import create_app
-
-    print(render(create_app()), end="")

@@ -35,15 +35,22 @@ import logging
 import mmap
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from app.store.atomic_file import fsync_directory
 from app.store.errors import NO_RESOURCES, NO_SPACE, DiskFullError, ResourceExhaustedError, StoreConfigError
 
-if TYPE_CHECKING:
-    from app.store.file_cache import SegmentCache
-
 log = logging.getLogger(__name__)
+
+
+class SegmentCache(Protocol):
+    """What a lazily mapped segment asks of its cache (:class:`app.store.file_cache.SegmentCache`)."""
+
+    def add(self, mapped: MappedFile) -> None: ...
+
+    def hold(self, mapped: MappedFile) -> bool: ...
+
+    def forget(self, mapped: MappedFile) -> None: ...
 
 PAGE_SIZE = 4096
 OFFSET_NAME_DIGITS = 20

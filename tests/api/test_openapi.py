@@ -75,7 +75,7 @@ def refs(node: Any) -> list[str]:
 def test_checked_in_openapi_matches_the_app() -> None:
     checked_in = yaml.safe_load((ROOT / "openapi.yaml").read_text())
     assert checked_in == create_app().openapi(), (
-        "openapi.yaml drifted: run python -m app.api.openapi > openapi.yaml"
+        "openapi.yaml drifted: run python -m app openapi > openapi.yaml"
     )
 
 
