@@ -195,9 +195,9 @@ def _document_errors(operation: dict[str, Any], op_id: str) -> None:
     errors.update(OPERATION_ERRORS.get(op_id, {}))
     responses: dict[str, Any] = operation.setdefault("responses", {})
     # FastAPI's 422 (HTTPValidationError) is not what Wharf answers; declared errors are redone here.
-    for status in [key for key in responses if key[0] in "45"]:
-        errors.setdefault(int(status), None)
-        del responses[status]
+    for declared in [key for key in responses if key[0] in "45"]:
+        errors.setdefault(int(declared), None)
+        del responses[declared]
     for status in sorted(errors):
         responses[str(status)] = _error_response(status, errors[status])
 
@@ -234,4 +234,3 @@ def install_openapi(app: FastAPI) -> None:
 
 def render(app: FastAPI) -> str:
     return yaml.safe_dump(app.openapi(), sort_keys=False, allow_unicode=True, width=120)
-

@@ -192,7 +192,7 @@ class PullConsumer:
         backoff_s = 0.1
         with httpx.Client(timeout=self.timeout_s, auth=self._auth) as http:
             while self._wait_for_room():
-                params: dict[str, object] = {
+                params: dict[str, str | int] = {
                     "group": self.group,
                     "max_messages": self.batch_size,
                     "max_wait_ms": self.max_wait_ms,

@@ -22,13 +22,13 @@ import contextlib
 import enum
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
 class HoldOutcome(enum.Enum):

@@ -35,7 +35,7 @@ def make_engine(url: str, timeout_s: float = 5.0) -> Engine:
         )
 
         @event.listens_for(engine, "connect")
-        def _pragmas(connection, _record):  # type: ignore[no-untyped-def]
+        def _pragmas(connection, _record):
             cursor = connection.cursor()
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA journal_mode=WAL")

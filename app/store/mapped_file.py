@@ -52,6 +52,7 @@ class SegmentCache(Protocol):
 
     def forget(self, mapped: MappedFile) -> None: ...
 
+
 PAGE_SIZE = 4096
 OFFSET_NAME_DIGITS = 20
 BLOCK_SIZE = 512  # the unit of st_blocks
