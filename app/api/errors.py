@@ -218,6 +218,8 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.QueueNotFoundError: ErrorCode.QUEUE_NOT_FOUND,
     broker_errors.TopicNotWritableError: ErrorCode.TOPIC_NOT_WRITABLE,
     broker_errors.MisdirectedError: ErrorCode.MISDIRECTED,
+    broker_errors.TopicExistsError: ErrorCode.TOPIC_EXISTS,
+    broker_errors.TooManyTopicsError: ErrorCode.TOO_MANY_ITEMS,
 }
 
 

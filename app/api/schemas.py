@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from app.broker.topic_admin import MAX_BULK_TOPICS
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -115,9 +117,6 @@ class TopicCreate(TopicSpec):
             "examples": [{"name": "orders", "queues": 4}, {"name": "orders", "cluster": "DefaultCluster"}]
         },
     )
-
-
-MAX_BULK_TOPICS = 1000
 
 
 class TopicBulkCreate(_Strict):

@@ -8,10 +8,9 @@ from typing import Annotated, Any
 import httpx
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from app.api.errors import ApiError, ErrorCode
+from app.api.errors import ApiError, ErrorCode, from_broker
 from app.api.paging import CursorParam, LimitParam, decode_cursor, encode_cursor, parse_limit
 from app.api.schemas import (
-    MAX_BULK_TOPICS,
     ErrorEnvelope,
     QueueList,
     SearchOffsetResponse,
@@ -23,7 +22,8 @@ from app.api.schemas import (
     TopicOut,
     TopicSpec,
 )
-from app.broker import Broker
+from app.broker import Broker, BrokerError, topic_admin
+from app.broker.topic_admin import MAX_BULK_TOPICS
 from app.routing.topic_config import TopicConfig
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"])
@@ -61,55 +61,31 @@ def _wanted(broker: Broker, body: TopicSpec) -> TopicConfig:
     return TopicConfig(body.name, read, write, body.perm, body.order)
 
 
-def _conflict(config: TopicConfig, existing: TopicConfig) -> ApiError:
-    return ApiError(
-        ErrorCode.TOPIC_EXISTS,
-        f"topic {config.name!r} exists with another configuration: {topic_out(existing)}",
-    )
-
-
 async def _create_here(broker: Broker, wanted: TopicConfig) -> tuple[int, dict[str, Any]]:
-    existing = broker.topics.get(wanted.name)
-    if existing is not None:
-        if existing != wanted:
-            raise _conflict(wanted, existing)
-        await broker.topics_published()  # a create repeated after a 503 answers once it is published
-        return 200, topic_out(existing)
-    await broker.require_registry()
-    ((config, created),) = await broker.creator.create([wanted])
-    if not created:
-        if config != wanted:
-            raise _conflict(wanted, config)
-        return 200, topic_out(config)
-    return 201, topic_out(wanted)
+    created = await topic_admin.create_topic(broker, wanted)
+    return (201 if created else 200), topic_out(wanted)
 
 
 async def _create_many(broker: Broker, body: TopicBulkCreate) -> dict[str, Any]:
     """Create a list of topics: one append to the topic log, one registry write for all new ones."""
-    if len(body.topics) > MAX_BULK_TOPICS:
-        raise ApiError(
-            ErrorCode.TOO_MANY_ITEMS,
-            f"at most {MAX_BULK_TOPICS} topics per request, got {len(body.topics)}: send them in several",
-        )
-    wanted = [_wanted(broker, item) for item in body.topics]
-    await broker.require_registry()
-    outcomes = await broker.creator.create(wanted)
+    outcomes = await topic_admin.create_topics(broker, [_wanted(broker, item) for item in body.topics])
     results = []
     counts = {201: 0, 200: 0}
-    for want, (config, created) in zip(wanted, outcomes, strict=True):
-        if created or config == want:
-            status = 201 if created else 200
-            counts[status] += 1
-            results.append({"name": want.name, "status": status, "topic": topic_out(config)})
-        else:
-            error = _conflict(want, config)
+    for item, outcome in zip(body.topics, outcomes, strict=True):
+        if isinstance(outcome, BrokerError):
+            error = from_broker(outcome)
             results.append(
                 {
-                    "name": want.name,
+                    "name": item.name,
                     "status": error.code.http_status,
                     "error": {"error_code": int(error.code), "message": error.message},
                 }
             )
+            continue
+        config, created = outcome
+        status = 201 if created else 200
+        counts[status] += 1
+        results.append({"name": item.name, "status": status, "topic": topic_out(config)})
     return {
         "results": results,
         "created": counts[201],
@@ -136,7 +112,8 @@ async def _create_across(
                 try:
                     status, _ = await _create_here(broker, wanted)
                     placements.append({"broker_name": name, "address": address, "status": status})
-                except ApiError as exc:
+                except BrokerError as refused:
+                    exc = from_broker(refused)
                     placements.append(
                         {
                             "broker_name": name,

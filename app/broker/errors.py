@@ -4,6 +4,8 @@ error code in one table (a test fails when a class is missing from it), and the 
 
 from __future__ import annotations
 
+from app.routing.topic_config import TopicConfig
+
 
 class BrokerError(Exception):
     """A request the broker core refuses; ``fields`` go into the error answer beside the message."""
@@ -47,6 +49,21 @@ class QueueNotFoundError(BrokerError):
 
 class TopicNotWritableError(BrokerError):
     """The topic's permission forbids producing."""
+
+
+class TopicExistsError(BrokerError):
+    """A create names a topic that exists with another configuration; nothing was changed."""
+
+    def __init__(self, name: str, existing: TopicConfig) -> None:
+        super().__init__(
+            f"topic {name!r} exists with another configuration: read_queues={existing.read_queue_nums}, "
+            f"write_queues={existing.write_queue_nums}, perm={existing.perm}, order={existing.order}"
+        )
+        self.existing = existing
+
+
+class TooManyTopicsError(BrokerError):
+    """A bulk create lists more topics than its cap."""
 
 
 class MisdirectedError(BrokerError):
