@@ -220,6 +220,8 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.MisdirectedError: ErrorCode.MISDIRECTED,
     broker_errors.TopicExistsError: ErrorCode.TOPIC_EXISTS,
     broker_errors.TooManyTopicsError: ErrorCode.TOO_MANY_ITEMS,
+    broker_errors.NoRegistryError: ErrorCode.BAD_REQUEST,
+    broker_errors.ClusterNotFoundError: ErrorCode.CLUSTER_NOT_FOUND,
 }
 
 

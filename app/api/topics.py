@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-import httpx
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from app.api.errors import ApiError, ErrorCode, from_broker
@@ -16,7 +15,6 @@ from app.api.schemas import (
     SearchOffsetResponse,
     TopicBulkCreate,
     TopicBulkResponse,
-    TopicCreate,
     TopicCreateBody,
     TopicList,
     TopicOut,
@@ -30,8 +28,6 @@ router = APIRouter(prefix="/v1/topics", tags=["topics"])
 
 TopicName = Annotated[str, Path(min_length=1, max_length=255, description="Topic name")]
 QueueId = Annotated[int, Path(ge=0, le=65535, description="Queue id")]
-
-FORWARD_TIMEOUT_S = 10.0
 
 
 async def get_broker(request: Request) -> Broker:
@@ -94,44 +90,14 @@ async def _create_many(broker: Broker, body: TopicBulkCreate) -> dict[str, Any]:
     }
 
 
-async def _create_across(
-    broker: Broker, body: TopicCreate, wanted: TopicConfig, headers: dict[str, str]
-) -> dict[str, Any]:
-    routing = broker.routing
-    if routing is None:
-        raise ApiError(ErrorCode.BAD_REQUEST, "this broker has no route registry")
-    targets = await routing.masters(body.cluster, body.brokers)
-    if not targets:
-        where = f"cluster {body.cluster!r}" if body.cluster else f"brokers {body.brokers}"
-        raise ApiError(ErrorCode.CLUSTER_NOT_FOUND, f"no live master in {where}")
-    request = body.model_dump(exclude={"cluster", "brokers"}, exclude_none=True)
-    placements = []
-    async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S) as client:
-        for name, address in targets:
-            if name == routing.identity.broker_name:
-                try:
-                    status, _ = await _create_here(broker, wanted)
-                    placements.append({"broker_name": name, "address": address, "status": status})
-                except BrokerError as refused:
-                    exc = from_broker(refused)
-                    placements.append(
-                        {
-                            "broker_name": name,
-                            "address": address,
-                            "status": exc.code.http_status,
-                            "error": exc.message,
-                        }
-                    )
-                continue
-            try:
-                answer = await client.post(f"{address}/v1/topics", json=request, headers=headers)
-                error = None if answer.status_code < 300 else answer.json().get("message", answer.text)
-                placements.append(
-                    {"broker_name": name, "address": address, "status": answer.status_code, "error": error}
-                )
-            except httpx.HTTPError as exc:
-                placements.append({"broker_name": name, "address": address, "status": 503, "error": str(exc)})
-    return {**topic_out(wanted), "brokers": placements}
+def _placement_out(placement: topic_admin.Placement) -> dict[str, Any]:
+    out: dict[str, Any] = {"broker_name": placement.broker_name, "address": placement.address}
+    if placement.refused is not None:
+        error = from_broker(placement.refused)
+        return {**out, "status": error.code.http_status, "error": error.message}
+    if placement.created is not None:
+        return {**out, "status": 201 if placement.created else 200}
+    return {**out, "status": placement.status, "error": placement.error}
 
 
 @router.post(
@@ -163,11 +129,16 @@ async def create_topic(
         return await _create_many(broker, body)
     wanted = _wanted(broker, body)
     if body.cluster is not None or body.brokers is not None:
-        # The other brokers' ACL asks the caller's credentials too.
         authorization = request.headers.get("authorization")
-        return await _create_across(
-            broker, body, wanted, {"authorization": authorization} if authorization else {}
+        placements = await topic_admin.create_across(
+            broker,
+            wanted,
+            body.model_dump(exclude={"cluster", "brokers"}, exclude_none=True),
+            body.cluster,
+            body.brokers,
+            {"authorization": authorization} if authorization else {},
         )
+        return {**topic_out(wanted), "brokers": [_placement_out(p) for p in placements]}
     status, out = await _create_here(broker, wanted)
     response.status_code = status
     return out

@@ -66,6 +66,14 @@ class TooManyTopicsError(BrokerError):
     """A bulk create lists more topics than its cap."""
 
 
+class NoRegistryError(BrokerError):
+    """A request needs the route registry and this broker runs without one."""
+
+
+class ClusterNotFoundError(BrokerError):
+    """No live master in the named cluster or broker list."""
+
+
 class MisdirectedError(BrokerError):
     """Other brokers host the topic: the client should ask one of ``brokers``."""
 

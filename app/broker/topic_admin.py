@@ -1,4 +1,5 @@
-"""Creating topics on this broker: one, or a list in one append to the topic log and one registry write.
+"""Creating topics: one here, a list here in one append to the topic log and one registry write, or
+one on every live master of a cluster (or of a list of brokers).
 
 A create of a topic that exists with the same configuration is not an error (it answers "exists"), so
 a create repeated after a lost answer is safe; with another configuration it is refused.
@@ -6,16 +7,39 @@ a create repeated after a lost answer is safe; with another configuration it is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from app.broker.errors import BrokerError, TooManyTopicsError, TopicExistsError
+import httpx
+
+from app.broker.errors import (
+    BrokerError,
+    ClusterNotFoundError,
+    NoRegistryError,
+    TooManyTopicsError,
+    TopicExistsError,
+)
 from app.routing.topic_config import TopicConfig
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
 
 MAX_BULK_TOPICS = 1000
+FORWARD_TIMEOUT_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """What one master answered to a create across brokers: ``created`` (True made, False there
+    already) or ``refused`` for this broker; the HTTP ``status`` and ``error`` another broker answered."""
+
+    broker_name: str
+    address: str
+    created: bool | None = None
+    refused: BrokerError | None = None
+    status: int | None = None
+    error: str | None = None
 
 
 async def create_topic(broker: Broker, wanted: TopicConfig) -> bool:
@@ -47,3 +71,41 @@ async def create_topics(
         (config, created) if created or config == want else TopicExistsError(want.name, config)
         for want, (config, created) in zip(wanted, outcomes, strict=True)
     ]
+
+
+async def create_across(
+    broker: Broker,
+    wanted: TopicConfig,
+    request: Mapping[str, Any],
+    cluster: str | None,
+    brokers: Sequence[str] | None,
+    headers: Mapping[str, str],
+) -> list[Placement]:
+    """Create ``wanted`` on every live master of ``cluster`` (or of ``brokers``): here directly, on the
+    others by forwarding ``request`` (the create's body) with ``headers`` (the caller's credentials,
+    which the other brokers' ACL asks too)."""
+    routing = broker.routing
+    if routing is None:
+        raise NoRegistryError("this broker has no route registry")
+    targets = await routing.masters(cluster, brokers)
+    if not targets:
+        where = f"cluster {cluster!r}" if cluster else f"brokers {list(brokers or [])}"
+        raise ClusterNotFoundError(f"no live master in {where}")
+    placements = []
+    async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S) as client:
+        for name, address in targets:
+            if name == routing.identity.broker_name:
+                try:
+                    created = await create_topic(broker, wanted)
+                    placements.append(Placement(name, address, created=created))
+                except BrokerError as refused:
+                    placements.append(Placement(name, address, refused=refused))
+                continue
+            try:
+                answer = await client.post(f"{address}/v1/topics", json=dict(request), headers=dict(headers))
+            except httpx.HTTPError as exc:
+                placements.append(Placement(name, address, status=503, error=str(exc)))
+                continue
+            error = None if answer.status_code < 300 else answer.json().get("message", answer.text)
+            placements.append(Placement(name, address, status=answer.status_code, error=error))
+    return placements

@@ -63,6 +63,28 @@ def test_every_broker_sees_the_cluster(cluster: list[BrokerProcess]) -> None:
         assert wait_for(lambda broker=broker: alive_brokers(broker.url) == everyone), broker.url
 
 
+def test_create_across_reports_each_broker_and_refuses_an_unknown_cluster(
+    cluster: list[BrokerProcess],
+) -> None:
+    # broker-0 (the one asked) and broker-2 hold "mixed" with 4 queues; broker-1 does not have it.
+    for broker in (cluster[0], cluster[2]):
+        assert httpx.post(f"{broker.url}/v1/topics", json={"name": "mixed", "queues": 4}).status_code == 201
+    created = httpx.post(
+        f"{cluster[0].url}/v1/topics", json={"name": "mixed", "queues": 2, "cluster": CLUSTER}
+    )
+    placements = {p["broker_name"]: p for p in created.json()["brokers"]}
+    assert {name: p["status"] for name, p in placements.items()} == {
+        "broker-0": 409,
+        "broker-1": 201,
+        "broker-2": 409,
+    }
+    assert "another configuration" in placements["broker-0"]["error"]
+    assert "another configuration" in placements["broker-2"]["error"]
+
+    unknown = httpx.post(f"{cluster[0].url}/v1/topics", json={"name": "x", "cluster": "no-such-cluster"})
+    assert (unknown.status_code, unknown.json()["error_code"]) == (404, 40406), unknown.text
+
+
 def test_topic_created_across_the_cluster_routes_everywhere(cluster: list[BrokerProcess]) -> None:
     created = httpx.post(
         f"{cluster[0].url}/v1/topics", json={"name": "spread", "queues": 2, "cluster": CLUSTER}
