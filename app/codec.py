@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.store.record import (
+from app.store.record_format import (
     HEADER,
     POS_BODY,
     PROPERTY_KEYS,

@@ -38,7 +38,7 @@ from pathlib import Path
 from app.store import Message, MessageStore, StoreConfig
 from app.store.checkpoint import Checkpoint
 from app.store.index_service import IndexService
-from app.store.record import EncodedRecord, encode_host
+from app.store.record_format import EncodedRecord, encode_host
 from app.store.results import AppendResult, PutStatus
 from bench import harness
 from bench.harness import RESULTS_DIR, Result, Stopwatch, Target

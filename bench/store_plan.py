@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.store import Message, MessageStore
-from app.store.record import Limits, encode_host, encode_record
+from app.store.record_format import Limits, encode_host, encode_record
 
 TOPIC = "bench"
 QUEUES = 4

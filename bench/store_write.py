@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.store import FlushMode, Message, MessageStore, PutStatus, StoreConfig
-from app.store.record import MESSAGE_MAGIC, encode_host
+from app.store.record_format import MESSAGE_MAGIC, encode_host
 from bench.harness import Result, Stopwatch, Target
 from bench.store_plan import (
     APPEND_BATCH_TARGET,

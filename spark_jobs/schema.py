@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 )
 
 from app.store.errors import CorruptRecordError
-from app.store.record import (
+from app.store.record_format import (
     FIXED_SIZE,
     HEADER,
     MESSAGE_MAGIC,

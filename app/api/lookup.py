@@ -17,7 +17,7 @@ from app.api.schemas import ErrorEnvelope, MessageList, MessageOut
 from app.api.topics import BrokerDep, TopicName
 from app.codec import record_to_json
 from app.store import parse_message_id
-from app.store.record import POS_STOREHOST, decode_host
+from app.store.record_format import POS_STOREHOST, decode_host
 
 router = APIRouter(prefix="/v1", tags=["messages"])
 

@@ -36,12 +36,12 @@ from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
 from app.store import GetMessageResult, Message, MessageStore, PutStatus, TagFilter
 from app.store.consumer_offsets import ConsumeFromWhere
-from app.store.record import (
+from app.store.record import StoredMessage
+from app.store.record_format import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_PRODUCER_UNIQ_KEY,
-    StoredMessage,
     validate_topic,
 )
 from app.store.results import AppendResult

@@ -23,7 +23,8 @@ from app.store.errors import (
 )
 from app.store.filter import FilterExpressionError, TagFilter
 from app.store.message_store import MessageStore
-from app.store.record import Message, StoredMessage, decode_record, message_id, parse_message_id
+from app.store.record import StoredMessage, decode_record
+from app.store.record_format import Message, message_id, parse_message_id
 from app.store.results import AppendResult, GetMessageResult, GetMessageStatus, PutStatus
 from app.store.retention import CleanReport
 

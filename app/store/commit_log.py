@@ -20,7 +20,8 @@ from pathlib import Path
 from app.store.errors import MessageTooLargeError, StoreClosedError
 from app.store.mapped_file import MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
-from app.store.record import (
+from app.store.record import CheckedRecord, check_record, message_size, store_timestamp
+from app.store.record_format import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
     FIXED_SIZE,
@@ -32,11 +33,7 @@ from app.store.record import (
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     TIMESTAMP,
-    CheckedRecord,
     EncodedRecord,
-    check_record,
-    message_size,
-    store_timestamp,
 )
 from app.store.results import AppendResult, PutStatus
 

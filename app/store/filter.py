@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.store.record import tags_hash
+from app.store.record_format import tags_hash
 
 MAX_EXPRESSION_LENGTH = 4096
 

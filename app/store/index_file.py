@@ -37,7 +37,7 @@ from typing import Protocol
 
 from app.store.atomic_file import fsync_directory
 from app.store.mapped_file import MappedFile
-from app.store.record import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from app.store.record_format import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 
 HEADER = struct.Struct(">qqqqii")  # begin ts | end ts | begin offset | end offset | used slots | next entry
 assert HEADER.size == 40

@@ -41,7 +41,8 @@ from app.store.index_file import (
     index_file_time,
     key_hash,
 )
-from app.store.record import CheckedRecord, EncodedRecord
+from app.store.record import CheckedRecord
+from app.store.record_format import EncodedRecord
 from app.store.results import AppendResult
 from app.store.service import ServiceThread
 

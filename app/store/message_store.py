@@ -53,14 +53,8 @@ from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
 from app.store.mapped_file_queue import MappedFileQueue
 from app.store.queue_table import QueueDispatcher, QueueTable
 from app.store.reader import MessageReader
-from app.store.record import (
-    CheckedRecord,
-    Limits,
-    Message,
-    StoredMessage,
-    decode_record,
-    encode_host,
-)
+from app.store.record import CheckedRecord, StoredMessage, decode_record
+from app.store.record_format import Limits, Message, encode_host
 from app.store.recovery import RecoveryReport, recover
 from app.store.results import AppendResult, GetMessageResult
 from app.store.retention import CleanReport, CleanService

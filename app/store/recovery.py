@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog, Dispatch, skips_consume_queue
 from app.store.consume_queue import ConsumeQueue
-from app.store.record import BLANK_MIN_SIZE, CheckedRecord, check_record
+from app.store.record import CheckedRecord, check_record
+from app.store.record_format import BLANK_MIN_SIZE
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from app.store.record import message_id
+from app.store.record_format import message_id
 
 
 class PutStatus(enum.StrEnum):

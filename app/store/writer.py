@@ -14,7 +14,7 @@ from app.store.disk_guard import DiskGuard
 from app.store.errors import InvalidQueueError
 from app.store.mapped_file import MappedFile
 from app.store.queue_table import QueueTable
-from app.store.record import Limits, Message, encode_record
+from app.store.record_format import Limits, Message, encode_record
 from app.store.results import AppendResult, PutStatus
 from app.store.store_services import StoreServices
 

@@ -11,7 +11,7 @@ from app.api.errors import BROKER_ERRORS, STORE_ERRORS, ErrorCode, code_for, fro
 from app.broker import errors as broker_errors
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.store import errors as store_errors
-from app.store.record import encode_host
+from app.store.record_format import encode_host
 
 
 def assert_error(response: httpx.Response, code: ErrorCode) -> dict:

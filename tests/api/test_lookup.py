@@ -7,7 +7,7 @@ import time
 import httpx
 
 from app.api.errors import ErrorCode
-from app.store.record import encode_host
+from app.store.record_format import encode_host
 from tests.api.test_errors import assert_error
 
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from app.longpoll.hold import HeldPull, HoldOutcome, PullHoldService
-from app.store.record import tags_hash
+from app.store.record_format import tags_hash
 
 TAG_A = tags_hash("TagA")
 TAG_B = tags_hash("TagB")

@@ -16,7 +16,7 @@ from pydantic_settings import SettingsError
 from app.address import reachable_ipv4
 from app.cli import describe_invalid_settings, load_settings
 from app.settings import Settings
-from app.store.record import decode_host
+from app.store.record_format import decode_host
 from tests.api.server import ROOT, BrokerProcess
 
 

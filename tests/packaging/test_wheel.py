@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from app.routing.schema import head_revision
-from app.store.record import decode_host
+from app.store.record_format import decode_host
 from tests.api.server import ROOT, free_port
 from tests.packaging.dockerfile import stages
 

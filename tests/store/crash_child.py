@@ -30,7 +30,7 @@ import zlib
 from pathlib import Path
 
 from app.store import FlushMode, Message, MessageStore, PutStatus, StoreConfig
-from app.store.record import SYSFLAG_TRANSACTION_PREPARED
+from app.store.record_format import SYSFLAG_TRANSACTION_PREPARED
 
 COMMITLOG_FILE_SIZE = 64 * 1024
 CONSUMEQUEUE_FILE_ENTRIES = 64

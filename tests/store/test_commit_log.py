@@ -21,7 +21,7 @@ from app.store import (
     PutStatus,
     parse_message_id,
 )
-from app.store.record import FIXED_SIZE, encode_host, tags_hash
+from app.store.record_format import FIXED_SIZE, encode_host, tags_hash
 from tests.store.conftest import TINY_COMMITLOG_FILE_SIZE, StoreFactory, message
 
 MESSAGE_MAGIC = 0xDAA320A7

@@ -38,7 +38,8 @@ from pathlib import Path
 import pytest
 
 from app.store import GetMessageStatus, MessageStore, PutStatus, decode_record
-from app.store.record import BLANK_MIN_SIZE, SYSFLAG_TRANSACTION_PREPARED, CheckedRecord, check_record
+from app.store.record import CheckedRecord, check_record
+from app.store.record_format import BLANK_MIN_SIZE, SYSFLAG_TRANSACTION_PREPARED
 from tests.store.crash_child import (
     COMMITLOG_FILE_SIZE,
     HALF_ONLY_TOPIC,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from app.store import GetMessageResult, GetMessageStatus, MessageStore, TagFilter, decode_record
-from app.store.record import FIXED_SIZE, tags_hash
+from app.store.record_format import FIXED_SIZE, tags_hash
 from tests.store.conftest import (
     TINY_COMMITLOG_FILE_SIZE,
     TINY_CONSUMEQUEUE_FILE_ENTRIES,

@@ -30,11 +30,7 @@ from app.store.index_file import (
     key_hash,
 )
 from app.store.index_service import Placed
-from app.store.record import (
-    POS_BODYCRC,
-    SYSFLAG_TRANSACTION_PREPARED,
-    SYSFLAG_TRANSACTION_ROLLBACK,
-)
+from app.store.record_format import POS_BODYCRC, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK
 from app.store.results import AppendResult
 from tests.store.conftest import StoreFactory, message
 

@@ -48,7 +48,8 @@ import httpx
 import pytest
 
 from app.store import FlushMode, GetMessageStatus, Message, MessageStore, StoreConfig, parse_message_id
-from app.store.record import PROPERTY_UNIQ_KEY, CheckedRecord
+from app.store.record import CheckedRecord
+from app.store.record_format import PROPERTY_UNIQ_KEY
 from tests.api.server import BrokerProcess
 from tests.store.crash_states import CrashState, CrashStates
 from tests.store.sync_journal import JOURNAL_ENV, path_identity, read_journal

@@ -21,8 +21,8 @@ from app.store import (
     message_id,
     parse_message_id,
 )
-from app.store.record import (
-    BLANK,
+from app.store.record import BLANK, check_record
+from app.store.record_format import (
     BLANK_MAGIC,
     FIXED_SIZE,
     MESSAGE_MAGIC,
@@ -34,7 +34,6 @@ from app.store.record import (
     SIZE_MAGIC,
     TIMESTAMP,
     Limits,
-    check_record,
     encode_host,
     encode_record,
     tags_hash,

@@ -34,7 +34,7 @@ from app.store import commit_log as commit_log_module
 from app.store.checkpoint import NO_CLEAN_END, RECOVERY_MARGIN_MS, Checkpoint
 from app.store.consume_queue import UNIT
 from app.store.mapped_file import MappedFile, segment_name
-from app.store.record import (
+from app.store.record_format import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
     MESSAGE_MAGIC,

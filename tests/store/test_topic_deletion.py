@@ -11,7 +11,7 @@ from pathlib import Path
 from app.store import MessageStore
 from app.store.checkpoint import Checkpoint
 from app.store.consumer_offsets import ConsumerOffsetManager
-from app.store.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY
+from app.store.record_format import PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 from tests.store.conftest import StoreFactory, message
 
 TOPIC = "orders"
