@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     advertised_url: str = ""  # empty: http://<host>:<port>, a reachable address when host is a wildcard
     heartbeat_interval_s: float = Field(30.0, gt=0)
     broker_expiry_s: float = Field(120.0, gt=0)
+    # A group member silent this long is dropped and its queues go to the others (RocketMQ: 120 s).
+    consumer_expiry_s: float = Field(30.0, gt=0)
     expiry_scan_interval_s: float = Field(10.0, gt=0)
     database_auto_upgrade: bool = True
     database_timeout_s: float = Field(5.0, gt=0)

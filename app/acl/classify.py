@@ -129,6 +129,35 @@ async def commit_offsets(view: RequestView, broker: Broker | None) -> Need:
     return Need.on(tuple((name, Action.SUB) for name in topics), ((group, Action.SUB),))
 
 
+def _group_need(group: str, topics: list[str] | tuple[str, ...] = ()) -> Need:
+    return Need.on(tuple((name, Action.SUB) for name in sorted(topics)), ((group, Action.SUB),))
+
+
+async def heartbeat(view: RequestView, broker: Broker | None) -> Need:
+    """SUB on the group and on every topic the member subscribes to."""
+    try:
+        document: Any = orjson.loads(await view.body())
+    except orjson.JSONDecodeError:
+        document = None
+    subscriptions = document.get("subscriptions") if isinstance(document, dict) else None
+    topics = (
+        [name for name in subscriptions if isinstance(name, str)] if isinstance(subscriptions, dict) else []
+    )
+    return _group_need(view.path_params["group"], topics)
+
+
+async def group_pull(view: RequestView, broker: Broker | None) -> Need:
+    """SUB on the group and on the topics its member subscribed to when it joined."""
+    group = view.path_params["group"]
+    found = broker.groups.get(group) if broker is not None else None
+    member = found.members.get(view.query.get("client_id", "")) if found is not None else None
+    return _group_need(group, tuple(member.subscriptions) if member is not None else ())
+
+
+async def on_group(view: RequestView, broker: Broker | None) -> Need:
+    return _group_need(view.path_params["group"])
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     method: str
@@ -190,6 +219,10 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/v1/clusters", ACCOUNT, "any account"),
     Rule("GET", "/v1/groups", ACCOUNT, "any account"),
     Rule("GET", "/v1/groups/{group}/offsets", read_offsets, "SUB on the group and on each topic"),
+    Rule("POST", "/v1/groups/{group}/heartbeat", heartbeat, "SUB on the group and on each subscribed topic"),
+    Rule("DELETE", "/v1/groups/{group}/members/{client_id}", on_group, "SUB on the group"),
+    Rule("GET", "/v1/groups/{group}/messages", group_pull, "SUB on the group and on the member's topics"),
+    Rule("GET", "/v1/groups/{group}", on_group, "SUB on the group"),
     Rule("PUT", "/v1/groups/{group}/offsets", commit_offsets, "SUB on the group and on each topic"),
     Rule("*", "/v1/admin/{rest:path}", Need.admin("an operator request (/v1/admin)"), "admin"),
     Rule("WEBSOCKET", "/v1/ws/subscribe", ws_subscribe, "SUB on the topic, and on `group`"),

@@ -48,6 +48,7 @@ class ErrorCode(enum.IntEnum):
     MESSAGE_NOT_FOUND = 40404
     GROUP_NOT_FOUND = 40405
     CLUSTER_NOT_FOUND = 40406
+    MEMBER_NOT_FOUND = 40407
     METHOD_NOT_ALLOWED = 40501
     NOT_ACCEPTABLE = 40601
     REQUEST_TIMEOUT = 40801
@@ -56,6 +57,8 @@ class ErrorCode(enum.IntEnum):
     TOPIC_EXISTS = 40901
     TOPIC_NOT_WRITABLE = 40902
     TOPIC_NOT_READABLE = 40903
+    GENERATION_FENCED = 40904
+    GROUP_CONFLICT = 40905
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
@@ -112,6 +115,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.MESSAGE_NOT_FOUND: "No message has that id or key; an id of another broker names it in `owner`.",
     ErrorCode.GROUP_NOT_FOUND: "The consumer group has no offsets.",
     ErrorCode.CLUSTER_NOT_FOUND: "No live master broker in the named cluster or broker list.",
+    ErrorCode.MEMBER_NOT_FOUND: (
+        "The client is not a member of the group (it never joined, left, or was silent past "
+        "WHARF_CONSUMER_EXPIRY_S): send a heartbeat first."
+    ),
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
     ErrorCode.NOT_ACCEPTABLE: "The Accept header asks for a format this path cannot produce.",
     ErrorCode.WS_CLIENT_IDLE: (
@@ -128,6 +135,13 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.TOPIC_EXISTS: "A topic with that name exists with a different configuration.",
     ErrorCode.TOPIC_NOT_WRITABLE: "The topic's permission forbids producing.",
     ErrorCode.TOPIC_NOT_READABLE: "The topic's permission forbids pulling.",
+    ErrorCode.GENERATION_FENCED: (
+        "The commit names an older generation of the group, or a queue the member does not own in the "
+        "current one; nothing was committed. The answer carries the current generation."
+    ),
+    ErrorCode.GROUP_CONFLICT: (
+        "The group's other members consume with another model or allocation strategy; nothing was changed."
+    ),
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
     ErrorCode.REQUEST_TOO_LARGE: (
@@ -222,6 +236,9 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.TooManyTopicsError: ErrorCode.TOO_MANY_ITEMS,
     broker_errors.NoRegistryError: ErrorCode.BAD_REQUEST,
     broker_errors.ClusterNotFoundError: ErrorCode.CLUSTER_NOT_FOUND,
+    broker_errors.MemberNotFoundError: ErrorCode.MEMBER_NOT_FOUND,
+    broker_errors.GroupConflictError: ErrorCode.GROUP_CONFLICT,
+    broker_errors.GenerationFencedError: ErrorCode.GENERATION_FENCED,
 }
 
 

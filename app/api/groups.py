@@ -11,6 +11,7 @@ from app.api.errors import ApiError, ErrorCode
 from app.api.paging import CursorParam, LimitParam, decode_cursor, encode_cursor, parse_limit
 from app.api.schemas import ErrorEnvelope, GroupList, GroupOffsets, OffsetCommitRequest
 from app.api.topics import BrokerDep
+from app.broker import group_consume
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
@@ -19,7 +20,7 @@ GroupName = Annotated[
 ]
 
 
-async def _queue_offsets(broker: BrokerDep, group: str, topics: list[str]) -> list[dict[str, Any]]:
+async def queue_offsets(broker: BrokerDep, group: str, topics: list[str]) -> list[dict[str, Any]]:
     manager = broker.store.consumer_offsets
     store = broker.store
     rows = []
@@ -65,18 +66,32 @@ def list_groups(broker: BrokerDep, limit: LimitParam = None, cursor: CursorParam
     "/{group}/offsets",
     response_model=GroupOffsets,
     summary="Commit offsets: the next offset the group will read, per queue (all or nothing)",
-    responses={400: {"model": ErrorEnvelope}, 404: {"model": ErrorEnvelope}, 422: {"model": ErrorEnvelope}},
+    responses={
+        400: {"model": ErrorEnvelope},
+        404: {"model": ErrorEnvelope},
+        409: {
+            "model": ErrorEnvelope,
+            "description": "A member's commit from an older generation, or for a queue it does not own",
+        },
+        422: {"model": ErrorEnvelope},
+    },
 )
 async def commit_offsets(group: GroupName, body: OffsetCommitRequest, broker: BrokerDep) -> dict[str, Any]:
     # All or nothing: every entry is checked before any is committed.
     for item in body.offsets:
         await broker.queue_of(item.topic, item.queue_id)
+    if body.client_id is not None:
+        entries = [(item.topic, item.queue_id, item.offset) for item in body.offsets]
+        key = await group_consume.commit(broker, group, body.client_id, body.generation, entries)
+        topics = sorted({item.topic for item in body.offsets})
+        # A broadcasting member's offsets are its own: answer those.
+        return {"group": group, "offsets": await queue_offsets(broker, key, topics)}
     for item in body.offsets:
         broker.check_commit(item.topic, item.queue_id, item.offset)
     for item in body.offsets:
         broker.commit_offset(group, item.topic, item.queue_id, item.offset)
     topics = sorted({item.topic for item in body.offsets})
-    return {"group": group, "offsets": await _queue_offsets(broker, group, topics)}
+    return {"group": group, "offsets": await queue_offsets(broker, group, topics)}
 
 
 @router.get(
@@ -96,4 +111,4 @@ async def get_offsets(
         topics = sorted(broker.store.consumer_offsets.topics_of_group(group))
         if not topics:
             raise ApiError(ErrorCode.GROUP_NOT_FOUND, f"group {group!r} has no committed offsets")
-    return {"group": group, "offsets": await _queue_offsets(broker, group, topics)}
+    return {"group": group, "offsets": await queue_offsets(broker, group, topics)}

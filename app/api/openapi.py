@@ -46,6 +46,10 @@ OPERATION_IDS: dict[str, str] = {
     "list_groups": "listGroups",
     "commit_offsets": "commitOffsets",
     "get_offsets": "getOffsets",
+    "heartbeat": "heartbeatMember",
+    "leave": "leaveGroup",
+    "group_pull": "pullAsMember",
+    "describe_group": "getGroup",
     "clean": "cleanStore",
     "healthz": "getHealth",
     "readyz": "getReadiness",
@@ -63,6 +67,7 @@ STATUS_REASONS: dict[int, str] = {
     404: "Not found",
     409: "Conflict",
     413: "Too large: the request body is over `WHARF_MAX_REQUEST_BYTES`",
+    414: "The URL is over `WHARF_MAX_URL_BYTES` (41401)",
     415: "The Content-Type is not one this operation accepts",
     421: "This broker does not host the topic: `brokers` (and `Location`) name those that do",
     422: "A parameter or a field of the body has the wrong type, is missing or out of bounds",
@@ -73,7 +78,7 @@ STATUS_REASONS: dict[int, str] = {
 }
 
 # Every operation can answer these (401 and 403 only where access control applies).
-COMMON_ERRORS: dict[int, str | None] = {401: None, 403: None, 500: None, 503: None}
+COMMON_ERRORS: dict[int, str | None] = {401: None, 403: None, 414: None, 500: None, 503: None}
 
 # Operations with a request body can also answer these.
 BODY_ERRORS: dict[int, str | None] = {
@@ -124,9 +129,25 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "listGroups": {400: "A bad `limit` (40012) or `cursor` (40013)"},
     "commitOffsets": {
         400: "An offset is outside its queue's min..max offsets (40014): nothing was committed; the "
-        "answer names the topic, queue_id, min_offset and max_offset",
-        **_QUEUE,
+        "answer names the topic, queue_id, min_offset and max_offset; or a member's commit has no "
+        "generation (40001)",
+        404: "The topic (40402) or the queue (40403) does not exist, or `client_id` is not a member (40407)",
+        409: "A member's commit names an older generation or a queue it does not own (40904): nothing "
+        "was committed; the answer carries the current `generation`",
+        421: None,
     },
+    "heartbeatMember": {
+        400: "A bad tag expression (40004) or `consume_from` (40012)",
+        404: "A subscribed topic does not exist (40402)",
+        409: "The group's other members use another model or strategy (40905)",
+        421: None,
+    },
+    "leaveGroup": {404: "The client is not a member of the group (40407)"},
+    "pullAsMember": {
+        400: "A bad `max_messages` (40012)",
+        404: "The client is not a member of the group: heartbeat first (40407)",
+    },
+    "getGroup": {404: "The group has no members and no committed offsets (40405)"},
     "getOffsets": {
         404: "The group has no committed offsets (40405), or the topic does not exist (40402)",
         421: None,

@@ -215,6 +215,15 @@ class OffsetCommit(_Strict):
 
 class OffsetCommitRequest(_Strict):
     offsets: list[OffsetCommit] = Field(min_length=1, max_length=10_000)
+    client_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[a-zA-Z0-9_.:-]+$",
+        description="A member's commit: only queues it owns in `generation` (else 409); without it, "
+        "an administrative set of the offsets",
+    )
+    generation: int | None = Field(None, description="The generation of the member's last heartbeat")
 
     model_config = ConfigDict(
         extra="forbid",

@@ -26,6 +26,7 @@ from app.broker.errors import (
     TopicNotWritableError,
     WriteQueueError,
 )
+from app.broker.groups import ConsumerGroups
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.pull import read_or_hold
 from app.broker.topic_creator import TopicCreator
@@ -96,6 +97,7 @@ class Broker:
         self.unique_ids = UniqueIdGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
         self.creator = TopicCreator(topics, self.topics_changed)
+        self.groups = ConsumerGroups(self.read_queue_count, settings.consumer_expiry_s)
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -129,6 +131,11 @@ class Broker:
         if not config.writable:
             raise TopicNotWritableError(f"topic {name!r} does not accept messages")
         return config
+
+    def read_queue_count(self, name: str) -> int:
+        """The topic's read queues here; 0 when it is not here (a group's members then read none)."""
+        config = self.topics.get(name)
+        return config.read_queue_nums if config is not None else 0
 
     async def queue_of(self, name: str, queue_id: int) -> TopicConfig:
         config = await self.topic(name)

@@ -106,3 +106,24 @@ class OffsetOutOfRangeError(BrokerError):
             "min_offset": self.min_offset,
             "max_offset": self.max_offset,
         }
+
+
+class MemberNotFoundError(BrokerError):
+    """The client is not a member of the group (never joined, left or expired): heartbeat first."""
+
+
+class GroupConflictError(BrokerError):
+    """A member asks for another model or allocation strategy than the group's other members use."""
+
+
+class GenerationFencedError(BrokerError):
+    """A member's commit names an older generation, or a queue it does not own in this one: nothing
+    was committed. ``generation`` is the group's current one."""
+
+    def __init__(self, message: str, generation: int) -> None:
+        super().__init__(message)
+        self.generation = generation
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {"generation": self.generation}

@@ -1,0 +1,212 @@
+"""Consumer group members over HTTP: heartbeat, leave, pull across the assigned queues, and the
+group's view (members, assignments, offsets and lag). The broker core decides (app.broker.groups,
+app.broker.group_consume); this module parses and encodes."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.errors import ApiError, ErrorCode
+from app.api.groups import GroupName, queue_offsets
+from app.api.schemas import ErrorEnvelope, GroupQueueOffset
+from app.api.topics import BrokerDep
+from app.broker import group_consume
+from app.broker.groups import Group, Member
+from app.codec import record_to_json
+
+router = APIRouter(prefix="/v1/groups", tags=["groups"])
+
+CLIENT_ID_PATTERN = r"^[a-zA-Z0-9_.:-]+$"
+ClientId = Annotated[str, Path(min_length=1, max_length=128, pattern=CLIENT_ID_PATTERN)]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorEnvelope},
+    404: {"model": ErrorEnvelope},
+    409: {"model": ErrorEnvelope},
+    421: {"model": ErrorEnvelope},
+}
+
+
+class HeartbeatRequest(BaseModel):
+    client_id: str = Field(min_length=1, max_length=128, pattern=CLIENT_ID_PATTERN)
+    subscriptions: dict[str, str] = Field(
+        min_length=1, max_length=1000, description="topic -> tag expression ('*', 'TagA || TagB')"
+    )
+    model: Literal["clustering", "broadcasting"] = "clustering"
+    strategy: Literal["averagely", "circle", "consistent_hash"] = "averagely"
+    consume_from: Literal["last", "first", "timestamp"] = Field(
+        "last", description="Where the group starts on a queue it has no offset for"
+    )
+    consume_timestamp_ms: int | None = Field(None, ge=0, description="With consume_from=timestamp")
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"client_id": "worker-1", "subscriptions": {"orders": "*"}, "consume_from": "first"}]
+        },
+    )
+
+
+class Assigned(BaseModel):
+    topic: str
+    queue_id: int
+    offset: int = Field(description="Where the member reads this queue from: the group's offset")
+
+
+class HeartbeatResponse(BaseModel):
+    group: str
+    generation: int
+    assignments: list[Assigned]
+    heartbeat_interval_ms: int
+
+
+class NextOffset(BaseModel):
+    topic: str
+    queue_id: int
+    next_offset: int
+
+
+class GroupPullResponse(BaseModel):
+    group: str
+    generation: int
+    messages: list[dict[str, Any]] = Field(description="Message objects, as a queue pull answers them")
+    offsets: list[NextOffset] = Field(description="Per queue read past its offset: the offset to commit")
+
+
+class MemberView(BaseModel):
+    client_id: str
+    subscriptions: dict[str, str]
+    last_heartbeat_ms_ago: int
+    assignments: list[Assigned]
+
+
+class GroupView(BaseModel):
+    group: str
+    model: str | None
+    strategy: str | None
+    generation: int | None
+    members: list[MemberView]
+    offsets: list[GroupQueueOffset]
+
+
+def _consume_from(body: HeartbeatRequest) -> str:
+    if body.consume_from != "timestamp":
+        return body.consume_from
+    if body.consume_timestamp_ms is None:
+        raise ApiError(ErrorCode.INVALID_PARAMETER, "consume_from=timestamp needs consume_timestamp_ms")
+    return str(body.consume_timestamp_ms)
+
+
+def _assigned(broker: BrokerDep, group: Group, member: Member) -> list[dict[str, Any]]:
+    """The member's queues with the offsets it reads them from (its own when broadcasting)."""
+    key = group_consume.offset_group(group, member)
+    query = broker.store.consumer_offsets.query
+    return [
+        {"topic": topic, "queue_id": queue_id, "offset": max(0, query(key, topic, queue_id))}
+        for topic, queue_ids in sorted(member.assignment.items())
+        for queue_id in queue_ids
+    ]
+
+
+@router.post(
+    "/{group}/heartbeat",
+    response_model=HeartbeatResponse,
+    summary="Join the group or stay in it; answers the member's queues and the group's generation",
+    responses=_ERRORS,
+)
+async def heartbeat(group: GroupName, body: HeartbeatRequest, broker: BrokerDep) -> dict[str, Any]:
+    member = Member(body.client_id, dict(body.subscriptions), body.model, body.strategy, _consume_from(body))
+    joined, assignments = await group_consume.heartbeat(broker, group, member)
+    return {
+        "group": group,
+        "generation": joined.generation,
+        "assignments": [{"topic": t, "queue_id": q, "offset": o} for t, q, o in assignments],
+        "heartbeat_interval_ms": int(broker.settings.consumer_expiry_s * 1000 / 3),
+    }
+
+
+@router.delete(
+    "/{group}/members/{client_id}",
+    status_code=204,
+    summary="Leave the group now; its queues go to the other members at once",
+    responses={404: {"model": ErrorEnvelope}},
+)
+async def leave(group: GroupName, client_id: ClientId, broker: BrokerDep) -> Response:
+    if not broker.groups.leave(group, client_id):
+        raise ApiError(ErrorCode.MEMBER_NOT_FOUND, f"client {client_id!r} is not a member of group {group!r}")
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{group}/messages",
+    response_model=GroupPullResponse,
+    summary="Pull as a member: across the member's queues from the group's offsets, holding until one arrives",
+    responses=_ERRORS,
+)
+async def group_pull(
+    group: GroupName,
+    request: Request,
+    broker: BrokerDep,
+    client_id: Annotated[str, Query(min_length=1, max_length=128, pattern=CLIENT_ID_PATTERN)],
+    max_messages: Annotated[int | None, Query(ge=1, description="Most messages in all (default 32)")] = None,
+    max_wait_ms: Annotated[int, Query(ge=0, description="Hold this long when nothing is new (capped)")] = 0,
+) -> Response:
+    settings = broker.settings
+    count = max_messages if max_messages is not None else settings.pull_default_messages
+    if count > settings.pull_max_messages:
+        raise ApiError(
+            ErrorCode.INVALID_PARAMETER, f"max_messages is {count}, the limit is {settings.pull_max_messages}"
+        )
+    found, reads = await group_consume.pull(broker, group, client_id, count, max_wait_ms, request.receive)
+    answer = {
+        "group": group,
+        "generation": found.generation,
+        "messages": [record_to_json(record) for read in reads for record in read.result.records],
+        "offsets": [
+            {"topic": read.topic, "queue_id": read.queue_id, "next_offset": read.result.next_offset}
+            for read in reads
+            if read.result.next_offset > read.offset
+        ],
+    }
+    return Response(orjson.dumps(answer), media_type="application/json")
+
+
+@router.get(
+    "/{group}",
+    response_model=GroupView,
+    summary="A group: its members and their queues, its generation, committed offsets and lag per queue",
+    responses={404: {"model": ErrorEnvelope}},
+)
+async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
+    found = broker.groups.get(group)
+    topics = set(broker.store.consumer_offsets.topics_of_group(group))
+    if found is None and not topics:
+        raise ApiError(ErrorCode.GROUP_NOT_FOUND, f"group {group!r} has no members and no committed offsets")
+    members = list(found.members.values()) if found is not None else []
+    for member in members:
+        topics.update(member.subscriptions)
+    offsets = await queue_offsets(
+        broker, group, sorted(topic for topic in topics if broker.topics.get(topic))
+    )
+    now = time.monotonic()
+    return {
+        "group": group,
+        "model": found.model if found else None,
+        "strategy": found.strategy if found else None,
+        "generation": found.generation if found else None,
+        "members": [
+            {
+                "client_id": member.client_id,
+                "subscriptions": member.subscriptions,
+                "last_heartbeat_ms_ago": int((now - member.last_heartbeat) * 1000),
+                "assignments": _assigned(broker, found, member) if found else [],
+            }
+            for member in sorted(members, key=lambda member: member.client_id)
+        ],
+        "offsets": offsets,
+    }
