@@ -1,10 +1,12 @@
-"""Wharf's Python client: a route-aware producer, a long-polling pull consumer, topic administration and
-reads of queues at given offsets (sync, httpx)."""
+"""Wharf's Python client: a route-aware producer, a group consumer whose queues the brokers allocate,
+a long-polling pull consumer of given queues, topic administration and reads of queues at given
+offsets (sync, httpx)."""
 
 from app.client.admin import Admin
 from app.client.consumer import ConsumedMessage, PullConsumer
 from app.client.errors import BrokerError, BrokerUnavailableError, WharfClientError
 from app.client.fault import LatencyFaultTolerance
+from app.client.group_consumer import GroupBatch, GroupConsumer
 from app.client.producer import OutgoingMessage, Producer, SendResult
 from app.client.queues import PullPage, QueueClient, QueueOffsets
 from app.client.routes import MessageQueue, RouteCache, TopicRoute
@@ -14,6 +16,8 @@ __all__ = [
     "BrokerError",
     "BrokerUnavailableError",
     "ConsumedMessage",
+    "GroupBatch",
+    "GroupConsumer",
     "LatencyFaultTolerance",
     "MessageQueue",
     "OutgoingMessage",

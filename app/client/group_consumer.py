@@ -1,0 +1,174 @@
+"""A member of a consumer group: the brokers allocate the queues, the client heartbeats and pulls.
+
+The consumer joins every broker that hosts one of its topics (membership is per broker), renews
+its membership there every ``heartbeat_interval_ms`` the brokers ask for, and pulls with
+``GET /v1/groups/{group}/messages``, which reads only the queues that broker gave it. A batch is
+committed with the generation it was pulled in; a commit refused as fenced (the group rebalanced in
+between) is dropped: the queue's new owner reads those messages again (at-least-once).
+
+    with GroupConsumer("http://127.0.0.1:8080", "billing", {"orders": "*"}) as consumer:
+        for batch in consumer.batches(max_wait_ms=5_000):
+            handle(batch.messages)
+            consumer.commit(batch)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from app.client.auth import User, basic_auth
+from app.client.closing import HttpOwner
+from app.client.errors import BrokerError, BrokerUnavailableError, raise_for_envelope
+from app.client.routes import RouteCache
+
+NOT_A_MEMBER = 40407
+FENCED = 40904
+
+
+@dataclass(frozen=True, slots=True)
+class GroupBatch:
+    """What one group pull answered: the messages (the API's message objects), the offsets to
+    commit once they are handled, and the generation they were read in."""
+
+    address: str
+    generation: int
+    messages: list[dict[str, Any]]
+    offsets: list[dict[str, Any]] = field(default_factory=list)
+
+
+class GroupConsumer(HttpOwner):
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group: str,
+        subscriptions: dict[str, str],
+        *,
+        client_id: str | None = None,
+        model: str = "clustering",
+        strategy: str = "averagely",
+        consume_from: str = "last",
+        timeout_s: float = 10.0,
+        user: User | None = None,
+    ) -> None:
+        self.group = group
+        self.subscriptions = dict(subscriptions)
+        self.client_id = client_id or f"wharf-{uuid.uuid4().hex[:12]}"
+        self.join_body = {
+            "client_id": self.client_id,
+            "subscriptions": self.subscriptions,
+            "model": model,
+            "strategy": strategy,
+            "consume_from": consume_from,
+        }
+        self.timeout_s = timeout_s
+        self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
+        self.routes = RouteCache(self.http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
+        self.generations: dict[str, int] = {}  # broker address -> generation of its last answer
+        self.assignments: dict[str, list[dict[str, Any]]] = {}
+        self._interval_s = 10.0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+        self.heartbeat()
+        self._heartbeats = threading.Thread(
+            target=self._heartbeat_loop, name="wharf-group-heartbeat", daemon=True
+        )
+        self._heartbeats.start()
+
+    def brokers(self) -> list[str]:
+        """The addresses of the masters that host any of the subscribed topics."""
+        addresses = {
+            queue.address for topic in self.subscriptions for queue in self.routes.get(topic).read_queues
+        }
+        return sorted(addresses)
+
+    def heartbeat(self) -> None:
+        """Join (or stay in) the group on every broker of the topics."""
+        for address in self.brokers():
+            self._join(address)
+
+    def _join(self, address: str) -> None:
+        answer = self.http.post(f"{address}/v1/groups/{self.group}/heartbeat", json=self.join_body)
+        raise_for_envelope(answer)
+        body = answer.json()
+        with self._lock:
+            self.generations[address] = body["generation"]
+            self.assignments[address] = body["assignments"]
+            self._interval_s = body["heartbeat_interval_ms"] / 1000
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.heartbeat()
+            except (httpx.HTTPError, BrokerError, BrokerUnavailableError):
+                continue  # the next beat tries again; a broker that stays away drops the member
+
+    def poll(self, max_messages: int = 32, max_wait_ms: int = 0) -> GroupBatch:
+        """One group pull from the next broker in turn (joining it again if it forgot the member)."""
+        brokers = self.brokers()
+        address = brokers[next(self._turn) % len(brokers)]
+        params: dict[str, str | int] = {
+            "client_id": self.client_id,
+            "max_messages": max_messages,
+            "max_wait_ms": max_wait_ms,
+        }
+        url = f"{address}/v1/groups/{self.group}/messages"
+        timeout = self.timeout_s + max_wait_ms / 1000
+        answer = self.http.get(url, params=params, timeout=timeout)
+        if answer.status_code == 404 and _error_code(answer) == NOT_A_MEMBER:
+            self._join(address)  # expired, or the broker restarted
+            answer = self.http.get(url, params=params, timeout=timeout)
+        raise_for_envelope(answer)
+        body = answer.json()
+        with self._lock:
+            self.generations[address] = body["generation"]
+        return GroupBatch(address, body["generation"], body["messages"], body["offsets"])
+
+    def batches(self, max_messages: int = 32, max_wait_ms: int = 2_000) -> Iterator[GroupBatch]:
+        """Batches with messages, until :meth:`close`."""
+        while not self._stop.is_set():
+            batch = self.poll(max_messages, max_wait_ms)
+            if batch.messages:
+                yield batch
+
+    def commit(self, batch: GroupBatch) -> bool:
+        """Commit what ``batch`` read; False when the group rebalanced since (nothing committed:
+        the messages come again to the queue's owner)."""
+        if not batch.offsets:
+            return True
+        offsets = [
+            {"topic": item["topic"], "queue_id": item["queue_id"], "offset": item["next_offset"]}
+            for item in batch.offsets
+        ]
+        body = {"client_id": self.client_id, "generation": batch.generation, "offsets": offsets}
+        answer = self.http.put(f"{batch.address}/v1/groups/{self.group}/offsets", json=body)
+        if answer.status_code == 409 and _error_code(answer) == FENCED:
+            self._join(batch.address)
+            return False
+        raise_for_envelope(answer)
+        return True
+
+    def close(self) -> None:
+        """Stop heartbeating and leave the group on every broker, so the others take the queues now."""
+        self._stop.set()
+        self._heartbeats.join(timeout=self.timeout_s)
+        for address in list(self.generations):
+            # A broker that cannot be reached drops the member when it expires.
+            with contextlib.suppress(httpx.HTTPError):
+                self.http.delete(f"{address}/v1/groups/{self.group}/members/{self.client_id}")
+        super().close()
+
+
+def _error_code(answer: httpx.Response) -> int | None:
+    try:
+        return int(answer.json()["error_code"])
+    except (ValueError, KeyError, TypeError):
+        return None
