@@ -47,6 +47,7 @@ OPERATION_IDS: dict[str, str] = {
     "commit_offsets": "commitOffsets",
     "get_offsets": "getOffsets",
     "clean": "cleanStore",
+    "disk_usage": "getDiskUsage",
     "healthz": "getHealth",
     "readyz": "getReadiness",
     "stats": "getStats",
@@ -132,6 +133,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         421: None,
     },
     "cleanStore": {},
+    "getDiskUsage": {},
     "getHealth": {},
     "getReadiness": {
         503: "The store is opening or closing (50301), or the route registry cannot be reached (50303)"
