@@ -3,7 +3,7 @@ option values; a bad value is a usage error (exit status 2)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
@@ -11,6 +11,7 @@ import typer
 from app.client.auth import basic_auth
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def check_user(value: str | None) -> str | None:
@@ -54,7 +55,8 @@ def parse_start(value: str) -> str:
         ) from None
     if moment.tzinfo is None:
         moment = moment.astimezone()
-    milliseconds = int(moment.timestamp() * 1000)
+    # In whole milliseconds, without a float of seconds on the way.
+    milliseconds = (moment - EPOCH) // timedelta(milliseconds=1)
     if milliseconds < 0:
         raise typer.BadParameter(f"{value!r} is before 1970")
     return str(milliseconds)

@@ -8,12 +8,15 @@ import json
 import signal
 import subprocess
 import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from tests.api.server import BrokerProcess
-from tests.cli.conftest import Wharf, wharf_process
+from tests.cli.conftest import Wharf, run_wharf, wharf_process
 from tests.store.conftest import wait_until
 
 
@@ -129,3 +132,46 @@ def test_ctrl_c_commits_what_was_printed_and_exits_130(
     finally:
         process.kill()
     assert committed(client, "cli-interrupted", topic)[1] == 2
+
+
+@pytest.fixture(scope="module")
+def retaining_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker that keeps no CommitLog segment but the one being written, once asked to clean."""
+    process = BrokerProcess(tmp_path_factory.mktemp("retaining") / "store", file_reserved_time_h=0).start()
+    yield process
+    process.stop()
+
+
+def iso(milliseconds: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=milliseconds)).isoformat()
+
+
+@pytest.mark.slow
+def test_from_reaches_the_broker_on_a_queue_past_its_beginning(retaining_broker: BrokerProcess) -> None:
+    """Once retention has cut a queue's head, a new group starts where --from says."""
+    with httpx.Client(base_url=retaining_broker.url, timeout=30.0) as client:
+        assert client.post("/v1/topics", json={"name": "aged", "queues": 1}).status_code == 201
+        for _ in range(8):  # fills three or more 1 MiB segments
+            produce(client, "aged", ["x" * 300_000])
+        stamps = []
+        for n in range(3):
+            # Each stored in a later millisecond than the one before.
+            wait_until(lambda: not stamps or time.time() * 1000 > stamps[-1] + 1, what="the next millisecond")
+            produce(client, "aged", [f"m{n}"])
+            (last,) = client.get("/v1/topics/aged/queues").json()["queues"]
+            stamps.append(last["last_store_timestamp"])
+        assert client.post("/v1/admin/clean").json()["commitlog_segments"] >= 1
+        (queue,) = client.get("/v1/topics/aged/queues").json()["queues"]
+        assert queue["min_offset"] > 0
+
+    def consume(*options: str) -> list[str]:
+        answer = run_wharf(retaining_broker.url, "consume", "aged", *options)
+        assert answer.exit_code == 0, answer.stderr
+        return answer.stdout.splitlines()
+
+    assert consume("-g", "cli-default") == []
+    assert consume("-g", "cli-last", "--from", "last") == []
+    assert consume("-g", "cli-time", "--from", iso(stamps[1])) == ["m1", "m2"]
+    assert consume("-g", "cli-ms", "--from", str(stamps[2])) == ["m2"]
+    first = consume("-g", "cli-first", "--from", "first")
+    assert len(first) == queue["max_offset"] - queue["min_offset"] and first[-3:] == ["m0", "m1", "m2"]

@@ -17,6 +17,7 @@ def test_from_takes_first_last_milliseconds_and_iso_times() -> None:
     assert parse_start("2024-05-01T12:00:00Z") == "1714564800000"
     assert parse_start("2024-05-01T14:00:00+02:00") == "1714564800000"
     assert parse_start("2024-05-01T12:00:00.250+00:00") == "1714564800250"
+    assert parse_start("2024-05-01T12:00:00.123Z") == "1714564800123"
 
 
 def test_from_without_a_zone_is_local_time(monkeypatch: pytest.MonkeyPatch) -> None:
