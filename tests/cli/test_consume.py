@@ -83,9 +83,10 @@ def test_a_missing_topic_is_a_broker_error(wharf: Wharf) -> None:
 
 def read_line(process: subprocess.Popen[str], timeout_s: float = 30.0) -> str:
     """The child's next line of output; fails the test when none comes in time."""
-    assert process.stdout is not None
+    stdout = process.stdout
+    assert stdout is not None
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout_s)
     if not lines:

@@ -38,7 +38,8 @@ def test_client_commands_load_neither_the_server_nor_the_settings(broker: Broker
         "    main()\n"
         "except SystemExit as done:\n"
         "    assert not done.code, done.code\n"
-        "heavy = {'fastapi', 'starlette', 'uvicorn', 'sqlalchemy', 'pydantic', 'app.api', 'app.server', 'app.settings'}\n"
+        "heavy = {'fastapi', 'starlette', 'uvicorn', 'sqlalchemy', 'pydantic',\n"
+        "         'app.api', 'app.server', 'app.settings'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
