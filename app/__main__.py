@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.cli import main, refuse_if_store_in_use
+from app.cli import main
 
-__all__ = ["main", "refuse_if_store_in_use"]
+__all__ = ["main"]
 
 if __name__ == "__main__":
     main()

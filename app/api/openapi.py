@@ -51,6 +51,7 @@ OPERATION_IDS: dict[str, str] = {
     "group_pull": "pullAsMember",
     "describe_group": "getGroup",
     "clean": "cleanStore",
+    "disk_usage": "getDiskUsage",
     "healthz": "getHealth",
     "readyz": "getReadiness",
     "stats": "getStats",
@@ -153,6 +154,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         421: None,
     },
     "cleanStore": {},
+    "getDiskUsage": {},
     "getHealth": {},
     "getReadiness": {
         503: "The store is opening or closing (50301), or the route registry cannot be reached (50303)"

@@ -1,10 +1,12 @@
-"""Administration of one broker: create topics (one, or many in lists of up to 1,000), and walk
-every topic and consumer group page by page."""
+"""Administration of one broker: create, describe and delete topics (one, or many in lists of up to
+1,000), walk every topic and consumer group page by page, read a group's offsets, look messages up,
+and the operator's views (clusters, retention, the store's disk)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -31,6 +33,19 @@ class Admin(HttpOwner):
         result: dict[str, Any] = response.json()
         return result
 
+    def topic(self, name: str) -> dict[str, Any]:
+        """The topic's configuration: read and write queues, permission, order."""
+        return self._get(f"/v1/topics/{_segment(name)}")
+
+    def topic_queues(self, name: str) -> list[dict[str, Any]]:
+        """Each queue of the topic on this broker: min and max offsets, last store time (ms)."""
+        queues: list[dict[str, Any]] = self._get(f"/v1/topics/{_segment(name)}/queues")["queues"]
+        return queues
+
+    def delete_topic(self, name: str) -> None:
+        """Delete the topic and its queues on this broker."""
+        raise_for_envelope(self.http.delete(f"/v1/topics/{_segment(name)}"))
+
     def create_topics(self, topics: Iterable[str | dict[str, Any]]) -> list[dict[str, Any]]:
         """Create many topics, in requests of up to 1,000; one result per topic, in order, each
         with its name, status (201 created, 200 there already, else an error's) and the topic or
@@ -51,14 +66,55 @@ class Admin(HttpOwner):
         """Every consumer group with committed offsets (and its topics), by name."""
         return self._pages("/v1/groups", "groups", page_size)
 
+    def group_offsets(self, group: str, topic: str | None = None) -> list[dict[str, Any]]:
+        """Per queue of the group's topics (or of ``topic`` only): committed offset, max offset, lag."""
+        params = {"topic": topic} if topic is not None else {}
+        offsets: list[dict[str, Any]] = self._get(f"/v1/groups/{_segment(group)}/offsets", params)["offsets"]
+        return offsets
+
+    def message(self, msg_id: str) -> dict[str, Any]:
+        """The message with this id (stored by this broker)."""
+        return self._get(f"/v1/messages/{_segment(msg_id)}")
+
+    def messages_by_key(self, topic: str, key: str, max_messages: int = 32) -> list[dict[str, Any]]:
+        """The topic's messages with this key (a word of their keys, or their unique id), newest first."""
+        params = {"key": key, "max": str(max_messages)}
+        found: list[dict[str, Any]] = self._get(f"/v1/topics/{_segment(topic)}/messages", params)["messages"]
+        return found
+
+    def clusters(self) -> list[dict[str, Any]]:
+        """The clusters the route registry knows, with their brokers and liveness."""
+        clusters: list[dict[str, Any]] = self._get("/v1/clusters")["clusters"]
+        return clusters
+
+    def clean(self) -> dict[str, Any]:
+        """Run a retention pass now; what it deleted."""
+        response = self.http.post("/v1/admin/clean")
+        raise_for_envelope(response)
+        report: dict[str, Any] = response.json()
+        return report
+
+    def disk(self) -> dict[str, Any]:
+        """The store's disk: use, free bytes, and whether the broker accepts writes."""
+        return self._get("/v1/admin/disk")
+
+    def _get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+        response = self.http.get(path, params=params)
+        raise_for_envelope(response)
+        answer: dict[str, Any] = response.json()
+        return answer
+
     def _pages(self, path: str, key: str, page_size: int) -> Iterator[dict[str, Any]]:
         cursor: str | None = None
         while True:
             params = {"limit": str(page_size), **({"cursor": cursor} if cursor is not None else {})}
-            response = self.http.get(path, params=params)
-            raise_for_envelope(response)
-            page = response.json()
+            page = self._get(path, params)
             yield from page[key]
             cursor = page.get("next_cursor")
             if cursor is None:
                 return
+
+
+def _segment(name: str) -> str:
+    """A name as one path segment: topic and group names may hold ``%`` and ``|``."""
+    return quote(name, safe="")

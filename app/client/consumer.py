@@ -5,6 +5,11 @@ One fetcher thread per queue long-polls its broker. Fetched messages wait in a l
 fetchers pause while it holds 1000 messages or 100 MiB (flow control, SPEC 4). A message counts
 as processed when the application asks for the next one (or calls :meth:`PullConsumer.commit`
 after handling it), so a crash re-delivers at most the message in hand: at-least-once.
+
+Options for one-off readers (the ``wharf consume`` command): ``start`` is where a group without a
+committed offset begins (``last``, ``first`` or a time in ms); ``auto_commit=False`` commits only
+when :meth:`PullConsumer.commit` is called; ``stop_at_end`` reads each queue up to its end once,
+after which :attr:`PullConsumer.drained` turns true.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from app.store.record import StoredMessage, decode_record
 log = logging.getLogger(__name__)
 
 MOVE_ON = {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE"}
+# The pull reached the queue's end: nothing after the offset asked for.
+AT_END = {"NO_MESSAGE_IN_QUEUE", "OFFSET_OVERFLOW_ONE"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,9 @@ class PullConsumer:
         commit_interval_s: float = 5.0,
         timeout_s: float = 10.0,
         user: User | None = None,
+        start: str = "last",
+        auto_commit: bool = True,
+        stop_at_end: bool = False,
     ) -> None:
         self.topic = topic
         self.group = group
@@ -63,6 +73,9 @@ class PullConsumer:
         self.max_cached_messages = max_cached_messages
         self.max_cached_bytes = max_cached_bytes
         self.commit_interval_s = commit_interval_s
+        self.start_from = start
+        self.auto_commit = auto_commit
+        self.stop_at_end = stop_at_end
         self.timeout_s = timeout_s + max_wait_ms / 1000
         # user: "accessKey:secretKey" (or a pair) for brokers with an ACL.
         self._auth = basic_auth(user)
@@ -76,6 +89,7 @@ class PullConsumer:
         self._threads: dict[MessageQueue, threading.Thread] = {}
         self._done: dict[MessageQueue, int] = {}  # next offset to commit, per queue
         self._committed: dict[MessageQueue, int] = {}
+        self._at_end: set[MessageQueue] = set()
         self._done_lock = threading.Lock()
         self._in_hand: ConsumedMessage | None = None
         self._last_commit = time.monotonic()
@@ -102,7 +116,8 @@ class PullConsumer:
             self._room.notify_all()
         for thread in self._threads.values():
             thread.join(self.timeout_s)
-        self.commit()
+        if self.auto_commit:
+            self.commit()
         self._http.close()
 
     def __enter__(self) -> PullConsumer:
@@ -115,6 +130,13 @@ class PullConsumer:
     def queues(self) -> list[MessageQueue]:
         return sorted(self._threads)
 
+    @property
+    def drained(self) -> bool:
+        """With ``stop_at_end``: every queue was read to its end and every message fetched handed out."""
+        with self._done_lock:
+            every_queue_ended = len(self._at_end) == len(self._threads)
+        return every_queue_ended and self._cache.empty()
+
     # -- consuming -------------------------------------------------------------------------------
 
     def poll(self, timeout_s: float = 1.0) -> ConsumedMessage | None:
@@ -124,7 +146,7 @@ class PullConsumer:
         if self._refused is not None:
             raise self._refused
         self._finish_in_hand()
-        if time.monotonic() - self._last_commit >= self.commit_interval_s:
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.commit_interval_s:
             self._commit_finished()
         try:
             consumed = self._cache.get(timeout=timeout_s)
@@ -151,13 +173,14 @@ class PullConsumer:
             with self._done_lock:
                 self._done[consumed.queue] = consumed.message.queue_offset + 1
 
-    def commit(self) -> None:
+    def commit(self, *, strict: bool = False) -> None:
         """Commit, per broker, the offsets after the messages the application finished, counting
-        the message in hand as finished."""
+        the message in hand as finished. A broker that refuses or does not answer is logged and
+        tried again at the next commit; ``strict`` raises its error instead."""
         self._finish_in_hand()
-        self._commit_finished()
+        self._commit_finished(strict)
 
-    def _commit_finished(self) -> None:
+    def _commit_finished(self, strict: bool = False) -> None:
         self._last_commit = time.monotonic()
         with self._done_lock:
             pending = {q: offset for q, offset in self._done.items() if self._committed.get(q) != offset}
@@ -169,6 +192,8 @@ class PullConsumer:
             try:
                 raise_for_envelope(self._http.put(f"{address}/v1/groups/{self.group}/offsets", json=body))
             except (httpx.HTTPError, BrokerError) as exc:
+                if strict:
+                    raise
                 log.warning("committing offsets to %s failed: %s", address, exc)
                 continue
             with self._done_lock:
@@ -200,6 +225,8 @@ class PullConsumer:
                 }
                 if offset is not None:
                     params["offset"] = offset
+                else:
+                    params["from"] = self.start_from
                 try:
                     response = http.get(url, params=params, headers={"accept": RECORDS_MEDIA_TYPE})
                     raise_for_envelope(response)
@@ -225,3 +252,7 @@ class PullConsumer:
                     offset = next_offset
                 elif status in MOVE_ON or offset is None:
                     offset = next_offset
+                if self.stop_at_end and status in AT_END:
+                    with self._done_lock:
+                        self._at_end.add(message_queue)
+                    return

@@ -40,6 +40,7 @@ OPERATION_IDS = {
     ("get", "/v1/groups/{group}"): "getGroup",
     ("get", "/v1/groups/{group}/offsets"): "getOffsets",
     ("post", "/v1/admin/clean"): "cleanStore",
+    ("get", "/v1/admin/disk"): "getDiskUsage",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/v1/stats"): "getStats",

@@ -1,12 +1,12 @@
-"""The ``wharf`` command line.
+"""The commands that run on the broker's machine: serve, healthcheck, openapi.
 
-``wharf serve`` starts the broker on the WHARF_* settings of the environment; ``wharf`` alone and
-``python -m app`` do the same. ``wharf healthcheck`` asks the broker on this machine for /healthz
-(the container image's HEALTHCHECK). ``wharf openapi`` prints the OpenAPI document.
+:func:`serve` starts the broker on the WHARF_* settings of the environment (``wharf serve``, ``wharf``
+alone and ``python -m app``). :func:`healthcheck` asks the broker on this machine for /healthz (the
+container image's HEALTHCHECK). :func:`print_openapi` prints the OpenAPI document.
 
-Commands are click commands on the :data:`cli` group (click comes with uvicorn). A command that needs
-the settings reads them with :func:`load_settings`, which reports a bad WHARF_* variable in one line
-(name, value, what is allowed) and exits with status 2 instead of a traceback.
+Each reads the settings with :func:`load_settings`, which reports a bad WHARF_* variable in one line
+(name, value, what is allowed) and exits with status 2 instead of a traceback. This module loads the
+server and the settings; the client commands never import it.
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ import os
 import re
 import socket
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
-import click
 import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from app.address import is_wildcard
+from app.cli.version import wharf_version
 from app.server import WharfServer, server_config
 from app.settings import Settings
 from app.store import StoreLockedError
@@ -32,13 +31,6 @@ from app.store.dir_lock import StoreDirectoryLock
 # Exit statuses: 1 the broker cannot run here (store in use, not healthy), 2 a bad setting or ACL file.
 EXIT_UNAVAILABLE = 1
 EXIT_BAD_SETTING = 2
-
-
-def wharf_version() -> str:
-    try:
-        return version("wharf")
-    except PackageNotFoundError:  # running from a checkout that is not installed
-        return "unknown"
 
 
 def env_name(field: str) -> str:
@@ -130,19 +122,6 @@ def announce_advertised_address(settings: Settings) -> None:
     )
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(wharf_version(), prog_name="wharf")
-@click.pass_context
-def cli(context: click.Context) -> None:
-    """Wharf, an HTTP-native, RocketMQ-style message broker. Without a command: serve.
-
-    Every setting is a WHARF_* environment variable (README, "Configuration").
-    """
-    if context.invoked_subcommand is None:
-        context.invoke(serve)
-
-
-@cli.command()
 def serve() -> None:
     """Start the broker on the WHARF_* settings of the environment."""
     settings = load_settings()
@@ -173,8 +152,6 @@ class AnnouncingServer(WharfServer):
             print(startup_line(self.base_url), flush=True)
 
 
-@cli.command()
-@click.option("--timeout", default=3.0, show_default=True, help="seconds to wait for the answer")
 def healthcheck(timeout: float) -> None:
     """Exit 0 when the broker on this machine (WHARF_HOST, WHARF_PORT) answers /healthz, else 1."""
     import httpx
@@ -198,15 +175,9 @@ def healthcheck(timeout: float) -> None:
         raise SystemExit(EXIT_UNAVAILABLE)
 
 
-@cli.command()
-def openapi() -> None:
+def print_openapi() -> None:
     """Print the OpenAPI document the broker serves, as YAML (the checked-in openapi.yaml)."""
     from app.api.app import create_app
     from app.api.openapi import render
 
     print(render(create_app(load_settings())), end="")
-
-
-def main() -> None:
-    """The console script ``wharf`` and ``python -m app``."""
-    cli(prog_name="wharf")

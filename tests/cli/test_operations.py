@@ -1,0 +1,38 @@
+"""``wharf cluster status``, ``wharf admin clean`` and ``wharf admin disk``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.api.server import BrokerProcess
+from tests.cli.conftest import Wharf
+
+
+def test_cluster_status_names_this_broker(wharf: Wharf, broker: BrokerProcess) -> None:
+    clusters = json.loads(wharf("cluster", "status", "--json").stdout)
+    brokers = [
+        (cluster["name"], b["broker_name"], b["address"], b["alive"])
+        for cluster in clusters
+        for b in cluster["brokers"]
+    ]
+    assert brokers == [("DefaultCluster", "broker-a", broker.url, True)]
+    table = wharf("cluster", "status").stdout
+    assert "broker-a" in table and "0 (master)" in table
+
+
+def test_admin_clean_reports_the_pass(wharf: Wharf) -> None:
+    report = json.loads(wharf("admin", "clean", "--json").stdout)
+    assert report["reasons"] == ["manual"] and report["commitlog_segments"] == 0
+    assert "commitlog segments deleted" in wharf("admin", "clean").stdout
+
+
+def test_admin_disk_reads_the_store_partition(wharf: Wharf, broker: BrokerProcess) -> None:
+    usage = json.loads(wharf("admin", "disk", "--json").stdout)
+    stat = os.statvfs(broker.store_dir)
+    used = (stat.f_blocks - stat.f_bavail) * 100 / stat.f_blocks
+    # Other processes write to this disk too: near, not equal.
+    assert abs(usage["used_percent"] - used) < 2.0
+    assert (usage["refuse_writes_percent"], usage["accept_writes_percent"]) == (90, 85)
+    assert usage["writable"] is (usage["used_percent"] <= 90)
+    assert "accepting writes" in wharf("admin", "disk").stdout
