@@ -42,6 +42,9 @@ class Member:
     consume_from: str = "last"  # last, first, or a timestamp in ms (as the pull's ``from``)
     last_heartbeat: float = 0.0
     assignment: Assignment = dataclasses.field(default_factory=dict)
+    # A member in this process (a WebSocket subscriber): told its queues at every allocation, and
+    # never expired (it leaves when its socket closes).
+    listener: Callable[[Assignment], None] | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass
@@ -127,6 +130,16 @@ class ConsumerGroups:
         self._settle(group, changed)
         return group
 
+    def attach(
+        self, name: str, client_id: str, topic: str, expression: str, listener: Callable[[Assignment], None]
+    ) -> Group:
+        """Join a member of this process that is told its queues by ``listener`` (at once, and at
+        every allocation) until it leaves; it takes the group's strategy, whatever it is."""
+        existing = self._groups.get(name)
+        strategy = (existing.strategy if existing is not None else None) or "averagely"
+        member = Member(client_id, {topic: expression}, CLUSTERING, strategy, listener=listener)
+        return self.heartbeat(name, member)
+
     def touch(self, name: str, client_id: str) -> tuple[Group, Member]:
         """The member, renewed (a group pull is a sign of life); MemberNotFoundError if it is not in
         the group (never joined, left or expired): it must heartbeat first."""
@@ -156,7 +169,11 @@ class ConsumerGroups:
 
     def _expire(self, group: Group) -> bool:
         deadline = self.clock() - self.expiry_s
-        expired = [cid for cid, member in group.members.items() if member.last_heartbeat < deadline]
+        expired = [
+            cid
+            for cid, member in group.members.items()
+            if member.listener is None and member.last_heartbeat < deadline
+        ]
         for client_id in expired:
             del group.members[client_id]
         return bool(expired)
@@ -182,5 +199,11 @@ class ConsumerGroups:
         group.generation = self._generation()
         for watcher in group.watchers:
             watcher.set()
+        # One synchronous pass: no other task runs between a queue's revocation from one member
+        # of this process and its assignment to another, so the new owner reads the offset the
+        # old one left.
+        for member in list(group.members.values()):
+            if member.listener is not None:
+                member.listener(member.assignment)
         if not group.members:
             self._groups.pop(group.name, None)

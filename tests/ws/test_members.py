@@ -1,61 +1,8 @@
-"""Queue allocation among a group's subscribers, and the per-queue ack bookkeeping."""
+"""The per-queue ack bookkeeping of a grouped subscriber."""
 
 from __future__ import annotations
 
-import pytest
-
 from app.api.ws.cursor import QueueCursor
-from app.api.ws.members import GroupMembers, allocate_averagely
-
-
-@pytest.mark.parametrize(
-    ("queues", "members", "expected"),
-    [
-        (8, 3, [[0, 1, 2], [3, 4, 5], [6, 7]]),
-        (4, 2, [[0, 1], [2, 3]]),
-        (4, 1, [[0, 1, 2, 3]]),
-        (2, 3, [[0], [1], []]),
-        (5, 5, [[0], [1], [2], [3], [4]]),
-    ],
-)
-def test_queues_are_allocated_in_contiguous_blocks(
-    queues: int, members: int, expected: list[list[int]]
-) -> None:
-    allocation = [allocate_averagely(list(range(queues)), members, index) for index in range(members)]
-    assert allocation == expected
-
-
-class FakeMember:
-    def __init__(self, member_id: int) -> None:
-        self.member_id = member_id
-        self.assignments: list[list[int]] = []
-
-    def assign(self, queue_ids: list[int]) -> None:
-        self.assignments.append(queue_ids)
-
-
-def test_every_join_and_leave_reallocates_the_group() -> None:
-    members = GroupMembers(lambda topic: 4)
-    first, second, third = FakeMember(1), FakeMember(2), FakeMember(3)
-    members.join("g", "t", first)
-    members.join("g", "t", second)
-    members.join("g", "t", third)
-    members.leave("g", "t", second)
-    assert first.assignments == [[0, 1, 2, 3], [0, 1], [0, 1], [0, 1]]
-    assert second.assignments == [[2, 3], [2]]
-    assert third.assignments == [[3], [2, 3]]
-    members.leave("g", "t", first)
-    members.leave("g", "t", third)
-    assert members.keys() == []
-
-
-def test_groups_and_topics_are_allocated_separately() -> None:
-    members = GroupMembers(lambda topic: 2)
-    a, b = FakeMember(1), FakeMember(2)
-    members.join("g1", "t", a)
-    members.join("g2", "t", b)
-    assert (a.assignments, b.assignments) == ([[0, 1]], [[0, 1]])
-    assert sorted(members.keys()) == [("g1", "t"), ("g2", "t")]
 
 
 def cursor(offset: int = 0) -> QueueCursor:

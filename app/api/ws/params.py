@@ -25,6 +25,7 @@ class SubscribeParams:
     queues: list[int] | None  # None: every read queue (shared with the group's other members)
     credit: int
     read_queues: int
+    tags: str = "*"  # the tag expression as given
 
 
 def _integer(name: str, raw: str) -> int:
@@ -68,7 +69,7 @@ async def parse_subscribe(query: Mapping[str, str], broker: Broker) -> Subscribe
     if credit > limit:
         raise ApiError(ErrorCode.INVALID_PARAMETER, f"credit is {credit}, the limit is {limit}")
     return SubscribeParams(
-        topic, group, tag_filter, policy, timestamp_ms, queues, credit, config.read_queue_nums
+        topic, group, tag_filter, policy, timestamp_ms, queues, credit, config.read_queue_nums, tags or "*"
     )
 
 

@@ -21,6 +21,7 @@ The README's "WebSocket" section is the reference.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import orjson
@@ -28,7 +29,6 @@ from fastapi import APIRouter, WebSocket
 
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
-from app.api.ws.members import GroupMembers, group_members
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
     GOING_AWAY,
@@ -48,19 +48,19 @@ router = APIRouter()
 
 _WAIT_STATUSES = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE)
 
+# Member ids of grouped subscribers: in join order when sorted, and never an HTTP client_id ("#").
+_member_ids = itertools.count(1)
+
 
 class Subscription:
     """One subscribed socket: its credit, its queues and their reader tasks."""
 
-    def __init__(
-        self, websocket: WebSocket, broker: Broker, params: SubscribeParams, members: GroupMembers
-    ) -> None:
+    def __init__(self, websocket: WebSocket, broker: Broker, params: SubscribeParams) -> None:
         settings = broker.settings
         self.websocket = websocket
         self.broker = broker
         self.params = params
-        self.members = members
-        self.member_id = members.next_id()
+        self.member_id = f"ws#{next(_member_ids):09d}"
         self.sender = FrameSender(
             websocket, settings.ws_max_queued_bytes, settings.ws_send_timeout_s, on_release=self._notify
         )
@@ -87,7 +87,13 @@ class Subscription:
         params = self.params
         if self._grouped:
             assert params.group is not None
-            self.members.join(params.group, params.topic, self)
+            self.broker.groups.attach(
+                params.group,
+                self.member_id,
+                params.topic,
+                params.tags,
+                lambda assignment: self.assign(assignment.get(params.topic, [])),
+            )
         else:
             self.assign(params.queues if params.queues is not None else list(range(params.read_queues)))
         receiver = asyncio.ensure_future(self._receive_loop())
@@ -101,7 +107,7 @@ class Subscription:
             self._closed = True
             if self._grouped:
                 assert params.group is not None
-                self.members.leave(params.group, params.topic, self)
+                self.broker.groups.leave(params.group, self.member_id)
             receiver.cancel()
             tasks = [cursor.task for cursor in self.cursors.values() if cursor.task is not None]
             tasks.extend(self._side_tasks)
@@ -160,7 +166,7 @@ class Subscription:
                 )
             await asyncio.sleep(remaining)
 
-    # -- queue assignment (members.Member) -----------------------------------------------------------
+    # -- queue assignment (the group's allocation, app.broker.groups) ------------------------------
 
     def assign(self, queue_ids: list[int]) -> None:
         """Read exactly ``queue_ids`` from now on; called at start and on every group rebalance."""
@@ -396,6 +402,6 @@ async def subscribe(websocket: WebSocket) -> None:
 
     async def handle(broker: Broker) -> None:
         params = await parse_subscribe(websocket.query_params, broker)
-        await Subscription(websocket, broker, params, group_members(websocket, broker)).run()
+        await Subscription(websocket, broker, params).run()
 
     await serve(websocket, handle)
