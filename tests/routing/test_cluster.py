@@ -12,7 +12,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from app.client import Producer
+from app.client import GroupConsumer, Producer
 from tests.api.server import BrokerProcess
 
 pytestmark = pytest.mark.slow
@@ -125,6 +125,40 @@ def test_producer_spreads_over_brokers_and_messages_are_where_it_says(cluster: l
         found = httpx.get(f"{result.address}/v1/messages/{result.msg_id}")
         assert found.status_code == 200
         assert found.json()["body"] == f"message {i}" and found.json()["unique_id"] == result.unique_id
+
+
+def test_group_members_share_every_broker_s_queues_and_read_each_message_once(
+    cluster: list[BrokerProcess],
+) -> None:
+    httpx.post(f"{cluster[0].url}/v1/topics", json={"name": "grouped", "queues": 2, "cluster": CLUSTER})
+    assert wait_for(
+        lambda: len(httpx.get(f"{cluster[2].url}/v1/topics/grouped/route").json().get("queue_datas", [])) == 3
+    )
+    members = [
+        GroupConsumer(cluster[i].url, "spread", {"grouped": "*"}, client_id=f"m{i}", consume_from="first")
+        for i in range(2)
+    ]
+    try:
+        for member in members:
+            member.heartbeat()  # both joined everywhere: the generations are final
+        # Membership is per broker: each allocates its own 2 queues, one to each member.
+        for member in members:
+            assert sorted(member.assignments) == sorted(broker.url for broker in cluster)
+            assert all(len(items) == 1 for items in member.assignments.values())
+        with Producer(cluster[1].url) as producer:
+            sent = {producer.send("grouped", f"g{i}").broker_name for i in range(30)}
+        assert sent == {"broker-0", "broker-1", "broker-2"}
+        read: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(read) < 30 and time.monotonic() < deadline:
+            for member in members:
+                batch = member.poll(max_messages=16)
+                read += [message["body"] for message in batch.messages]
+                assert member.commit(batch)
+        assert sorted(read) == sorted(f"g{i}" for i in range(30))
+    finally:
+        for member in members:
+            member.close()
 
 
 def test_a_topic_on_another_broker_is_misdirected_not_misplaced(cluster: list[BrokerProcess]) -> None:
