@@ -45,12 +45,16 @@ _PATTERNS = (
     (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\"'\\]*:)[^\s@/?#\"'\\]*@"), rf"\g<1>{MASK}@"),
     # ?token=... &password=... in a logged path or URL
     (
-        re.compile(r"(?i)(\b(?:token|access_token|password|passwd|secret|secret_?key|signature)=)[^&\s\"'#]*"),
+        re.compile(
+            r"(?i)(\b(?:token|access_token|password|passwd|secret|secret_?key|signature)=)[^&\s\"'#]*"
+        ),
         rf"\g<1>{MASK}",
     ),
     # Authorization: Basic ..., ('authorization', 'Bearer ...')
     (
-        re.compile(r"(?i)(\bauthorization[\"']?(?:\s*[:=]\s*|,\s*b?)[\"']?(?:(?:basic|bearer|digest)\s+)?)[^\s\"',;)]+"),
+        re.compile(
+            r"(?i)(\bauthorization[\"']?(?:\s*[:=]\s*|,\s*b?)[\"']?(?:(?:basic|bearer|digest)\s+)?)[^\s\"',;)]+"
+        ),
         rf"\g<1>{MASK}",
     ),
     # password=..., secretKey: ...
@@ -159,7 +163,9 @@ class JsonFormatter(_LineFormatter):
         exception = self._exception(record)
         if exception:
             entry["exception"] = self.redact(exception)
-        return orjson.dumps(entry, default=lambda value: self.redact(str(value))).decode()
+        return orjson.dumps(
+            entry, default=lambda value: self.redact(str(value)), option=orjson.OPT_NON_STR_KEYS
+        ).decode()
 
 
 class DropWebSocketHandshakes(logging.Filter):

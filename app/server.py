@@ -32,13 +32,11 @@ With 1,024 descriptors: 512 store files, 64 reserved, a backlog of 56 and 392 co
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from types import FrameType
@@ -136,18 +134,23 @@ class WharfServer(uvicorn.Server):
                 log.info("shutdown: %d WebSockets closed (1001)", count)
             else:
                 log.warning("shutdown: %d of %d WebSockets still open", sessions.open_count, count)
-        self.config.timeout_graceful_shutdown = max(0.0, drained_by - time.monotonic())  # type: ignore[assignment]
+        # uvicorn's wait for the requests in flight gets what is left of the drain's share.
+        remaining_s = max(0.0, drained_by - time.monotonic())
+        self.config.timeout_graceful_shutdown = remaining_s  # type: ignore[assignment]
         await super().shutdown(sockets)
 
 
 def _exit_forced(budget_s: float) -> None:
     """The shutdown outlived its budget: exit now, leaving the abort file for the next start."""
+    # Writing the line may block too (a log file on the disk that hangs): exit a second later anyway.
+    backstop = threading.Timer(1.0, os._exit, (EXIT_FORCED,))
+    backstop.daemon = True
+    backstop.start()
     log.error(
         "shutdown: not complete within %g s (WHARF_SHUTDOWN_TIMEOUT_S); exiting now, the next start "
         "recovers the store as after a crash",
         budget_s,
     )
-    sys.stderr.flush()
     os._exit(EXIT_FORCED)
 
 

@@ -1,10 +1,10 @@
 """Ending every WebSocket with 1001 (going away) when the broker shuts down.
 
-Uvicorn's own shutdown drops a socket with 1012 and, before that, waits for every connection until
-its graceful timeout, which a long-lived socket outlasts. So the server first calls
-:meth:`WebSocketSessions.close_all`: ``going_away`` is set, each session ends on its own (a
-subscriber at once, a producer once the frames it took in are stored and answered) and closes with
-1001, and the server waits for the last one, within its shutdown budget.
+Uvicorn's own shutdown ends every socket at once with 1012 (service restart), whatever a producer's
+batch was doing. So the server first calls :meth:`WebSocketSessions.close_all`: ``going_away`` is
+set, each session ends on its own (a subscriber at once, a producer once the frames it took in are
+stored and answered) and closes with 1001, and the server waits for the last one, within its
+shutdown budget; a socket still open then gets uvicorn's 1012.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
 
 class WebSocketSessions:
     """The open WebSocket sessions of one app, and the signal that ends them."""

@@ -8,6 +8,7 @@ messages, or ``ws_max_queued_bytes`` of their frames, wait for their results; pa
 stops reading the socket until they are answered, so a fast producer meets TCP back-pressure rather
 than a growing buffer. A frame is at most ``ws_produce_max_frame_bytes`` (else close 1009), and a
 ``results`` frame the client does not take within ``ws_send_timeout_s`` closes the socket (1013).
+At shutdown the broker reads no more frames, stores and answers those it took in, and closes (1001).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ class ProduceSession:
         producer = asyncio.ensure_future(self._produce_loop())
         going_away = asyncio.ensure_future(websocket_sessions(self.websocket.app.state).going_away.wait())
         try:
-            done, _ = await asyncio.wait({receiver, producer, going_away}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {receiver, producer, going_away}, return_when=asyncio.FIRST_COMPLETED
+            )
             for task in done:
                 task.result()
             if going_away in done:
