@@ -32,6 +32,7 @@ With 1,024 descriptors: 512 store files, 64 reserved, a backlog of 56 and 392 co
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -61,6 +62,7 @@ MIN_CONNECTIONS = 16
 # connections' drain.
 CLOSING_SHARE = 0.25
 EXIT_FORCED = 1
+HANDSHAKE_POLL_S = 0.02  # how often the shutdown looks whether the WebSocket close handshakes are done
 DEFAULT_SHUTDOWN_TIMEOUT_S: float = Settings.model_fields["shutdown_timeout_s"].default
 
 
@@ -130,7 +132,8 @@ class WharfServer(uvicorn.Server):
         if state is not None and not self.force_exit:
             sessions = websocket_sessions(state)
             count = sessions.open_count
-            if await sessions.close_all(drained_by - time.monotonic()):
+            closed = await sessions.close_all(drained_by - time.monotonic())
+            if closed and await self._close_handshakes_done(drained_by):
                 log.info("shutdown: %d WebSockets closed (1001)", count)
             else:
                 log.warning("shutdown: %d of %d WebSockets still open", sessions.open_count, count)
@@ -138,6 +141,19 @@ class WharfServer(uvicorn.Server):
         remaining_s = max(0.0, drained_by - time.monotonic())
         self.config.timeout_graceful_shutdown = remaining_s  # type: ignore[assignment]
         await super().shutdown(sockets)
+
+    async def _close_handshakes_done(self, deadline: float) -> bool:
+        """Wait until the clients have answered the close frames (their connections are gone): uvicorn's
+        shutdown cuts every connection it still holds, and a client that was still sending would get a
+        reset instead of the close frame."""
+        websocket_class = getattr(self.config, "ws_protocol_class", None)
+        while websocket_class is not None and any(
+            isinstance(connection, websocket_class) for connection in self.server_state.connections
+        ):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(HANDSHAKE_POLL_S)
+        return True
 
 
 def _exit_forced(budget_s: float) -> None:
