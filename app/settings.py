@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     # Server.
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (app/logs.py)
     access_log: bool = False  # a line per HTTP request and per WebSocket handshake
     # From the signal to the exit: draining connections, then closing the store (app/server.py).
@@ -159,6 +159,11 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.store_dir / 'wharf.db'}"
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("advertised_url")
     @classmethod

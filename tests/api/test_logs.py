@@ -17,9 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import orjson
 import pytest
+from pydantic import ValidationError
 from websockets.sync.client import connect
 
 from app.logs import JsonFormatter, TextFormatter
+from app.settings import Settings
 from tests.api.acl_setup import ADMIN, PRODUCER, SECRETS, acl_broker, client_for
 from tests.api.server import BrokerProcess
 from tests.ws.wsclient import Socket
@@ -102,6 +104,13 @@ def test_secrets_are_masked_in_events_fields_and_tracebacks(formatter: type[logg
         assert secret not in line
     assert "postgresql+psycopg://wharf:***@db:5432/registry" in line
     assert "token=***" in line and "Basic ***" in line
+
+
+def test_the_level_and_format_are_taken_in_any_case_and_checked() -> None:
+    settings = Settings(log_level="WARNING", log_format="JSON")
+    assert (settings.log_level, settings.log_format) == ("warning", "json")
+    with pytest.raises(ValidationError, match="log_level"):
+        Settings(log_level="loud")
 
 
 # -- the broker's lines -----------------------------------------------------------------------------

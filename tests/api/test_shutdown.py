@@ -2,8 +2,8 @@
 
 A stop signal answers held pulls at once (200, no messages, the same next offset), ends every
 WebSocket with 1001 (a producer after answering every frame it took in), lets in-flight produces
-finish, closes the store (consumer offsets and checkpoint written, abort file removed) and exits
-with status 0; the next start takes the normal recovery path and says so. A shutdown that cannot
+finish, closes the store (consumer offsets and checkpoint written, abort file removed), leaves the
+route registry and exits with status 0; the next start takes the normal recovery path and says so. A shutdown that cannot
 finish (a disk that stopped answering) still exits, leaving the abort file: the next start
 recovers as after a crash.
 """
@@ -248,3 +248,25 @@ def test_a_shutdown_stuck_on_the_disk_still_exits_and_the_next_start_recovers(tm
     finally:
         stall_file.unlink(missing_ok=True)
         broker.stop()
+
+
+def test_a_stopped_broker_leaves_the_route_registry_at_once(tmp_path: Path) -> None:
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    # Silent brokers leave the routes only after an hour: only the unregistering can remove one.
+    timings = {"database_url": registry, "cluster_name": "leaving", "broker_expiry_s": 3600}
+    staying = BrokerProcess(tmp_path / "staying", broker_name="staying", **timings)
+    leaving = BrokerProcess(tmp_path / "leaving", broker_name="leaving", **timings)
+    try:
+        staying.start()
+        leaving.start()
+
+        def brokers() -> set[str]:
+            clusters = httpx.get(f"{staying.url}/v1/clusters", timeout=30).json()["clusters"]
+            return {broker["broker_name"] for cluster in clusters for broker in cluster["brokers"]}
+
+        assert brokers() == {"staying", "leaving"}
+        assert stop_with(leaving, signal.SIGTERM) == 0
+        assert brokers() == {"staying"}
+    finally:
+        leaving.stop()
+        staying.stop()
