@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -35,11 +35,16 @@ class Settings(BaseSettings):
     # Server.
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (app/logs.py)
+    access_log: bool = False  # a line per HTTP request and per WebSocket handshake
+    # From the signal to the exit: draining connections, then closing the store (app/server.py).
+    shutdown_timeout_s: float = Field(10.0, gt=0)
 
     # Where things live.
     store_dir: Path = Path("data")
-    database_url: str = ""  # empty: sqlite:///<store_dir>/wharf.db
+    # Empty: sqlite:///<store_dir>/wharf.db. Kept out of the settings' repr: it may hold a password.
+    database_url: str = Field("", repr=False)
 
     # Routing identity (SPEC 2).
     cluster_name: str = "DefaultCluster"
@@ -156,6 +161,11 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.store_dir / 'wharf.db'}"
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("advertised_url")
     @classmethod

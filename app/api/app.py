@@ -19,6 +19,7 @@ from app.api.errors import ApiError, ErrorCode, error_response, install_error_ha
 from app.api.openapi import install_openapi
 from app.api.schemas import BrokerStats, HealthStatus, ReadyStatus
 from app.api.ws import router as ws_router
+from app.api.ws.going_away import WebSocketSessions
 from app.broker import Broker
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
@@ -95,16 +96,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Before the first request: a retry after the restart must find its first message.
             restored = await asyncio.to_thread(broker.restore_idempotency)
             log.info("idempotency window: %d unique ids restored from the CommitLog", restored)
+            app.state.ws_sessions = WebSocketSessions()
             app.state.broker = broker
             settle_garbage_collector()
             yield
         finally:
             await holds.stop()
             app.state.broker = None
-            await routing.stop()
-            engine.dispose()
-            topic_configs.close()
-            await asyncio.to_thread(store.close)
+            try:
+                # The store first: what was acknowledged is safe before the registry is waited on.
+                await asyncio.to_thread(store.close)
+                log.info("shutdown: store closed (flushed, consumer offsets and checkpoint written)")
+            finally:
+                await routing.stop()
+                engine.dispose()
+                topic_configs.close()
 
     app = FastAPI(
         title="Wharf",

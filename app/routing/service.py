@@ -153,6 +153,7 @@ class RoutingService:
         self._waiters, self._pending = [], {}
         try:
             await self.call(self.registry.unregister, self.identity)
+            log.info("unregistered %s from the route registry", self.identity.broker_name)
         except RegistryUnavailableError as exc:
             log.warning("could not unregister %s: %s", self.identity.broker_name, exc)
         except Exception:

@@ -62,6 +62,10 @@ def recover(
     for queue in queues.values():
         queue.recover(clean, checkpoint.consumequeue_offset)
     files = commitlog.files.files
+    if clean:
+        log.info("recovery: normal (%s)", "clean shutdown" if files else "a new store")
+    else:
+        log.warning("recovery: abnormal (the abort file is present: the last run did not stop cleanly)")
     if not files:
         for queue in queues.values():
             queue.truncate_after(0)

@@ -20,7 +20,7 @@ from tests.api.server import BrokerProcess
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = acl_broker(tmp_path_factory.mktemp("acl-ws"), log_level="info").start()
+    process = acl_broker(tmp_path_factory.mktemp("acl-ws"), log_level="info", access_log="true").start()
     with client_for(process, ADMIN) as admin:
         for name in ("orders", "audit"):
             assert admin.post("/v1/topics", json={"name": name, "queues": 2}).status_code == 201

@@ -8,6 +8,7 @@ messages, or ``ws_max_queued_bytes`` of their frames, wait for their results; pa
 stops reading the socket until they are answered, so a fast producer meets TCP back-pressure rather
 than a growing buffer. A frame is at most ``ws_produce_max_frame_bytes`` (else close 1009), and a
 ``results`` frame the client does not take within ``ws_send_timeout_s`` closes the socket (1013).
+At shutdown the broker reads no more frames, stores and answers those it took in, and closes (1001).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pydantic import ValidationError
 from app.api.errors import ApiError, ErrorCode, code_for, from_broker
 from app.api.messages import describe_validation_error, incoming_from_model
 from app.api.schemas import MessageIn
-from app.api.ws.protocol import receive_frame, serve
+from app.api.ws.going_away import websocket_sessions
+from app.api.ws.protocol import GOING_AWAY, WsClose, receive_frame, serve
 from app.api.ws.sender import FrameSender
 from app.broker import Broker, BrokerError
 from app.codec import IncomingMessage
@@ -71,18 +73,32 @@ class ProduceSession:
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
+        self._answered = asyncio.Event()  # every frame taken in has its result sent
+        self._answered.set()
 
     async def run(self) -> None:
         receiver = asyncio.ensure_future(self._receive_loop())
         producer = asyncio.ensure_future(self._produce_loop())
+        going_away = asyncio.ensure_future(websocket_sessions(self.websocket.app.state).going_away.wait())
         try:
-            done, _ = await asyncio.wait({receiver, producer}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {receiver, producer, going_away}, return_when=asyncio.FIRST_COMPLETED
+            )
             for task in done:
                 task.result()
+            if going_away in done:
+                # Shutdown: read no more frames; store and answer those taken in, then close 1001.
+                receiver.cancel()
+                answered = asyncio.ensure_future(self._answered.wait())
+                await asyncio.wait({producer, answered}, return_when=asyncio.FIRST_COMPLETED)
+                answered.cancel()
+                if producer.done():
+                    producer.result()
+                raise WsClose(GOING_AWAY, "the broker is shutting down")
         finally:
-            for task in (receiver, producer):
+            for task in (receiver, producer, going_away):
                 task.cancel()
-            await asyncio.gather(receiver, producer, return_exceptions=True)
+            await asyncio.gather(receiver, producer, going_away, return_exceptions=True)
 
     async def _receive_loop(self) -> None:
         while True:
@@ -92,6 +108,7 @@ class ProduceSession:
                 return
             frame, size = received
             self.waiting.append((frame.get("id"), parse_message(frame)))
+            self._answered.clear()
             self.pending += 1
             self.pending_bytes += size
             self._sizes.append(size)
@@ -110,6 +127,8 @@ class ProduceSession:
             self.pending_bytes -= sum(self._sizes[: len(batch)])
             del self._sizes[: len(batch)]
             self._room.set()
+            if not self.pending:
+                self._answered.set()
 
     async def _store(self, batch: list[Entry]) -> list[dict[str, Any]]:
         """Results in frame order; one append for every valid message of the batch."""

@@ -37,6 +37,7 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from app.api.errors import ApiError, ErrorCode, code_for, from_broker
+from app.api.ws.going_away import websocket_sessions
 from app.broker import Broker, BrokerError
 from app.routing.errors import RegistryUnavailableError
 from app.store import errors as store_errors
@@ -150,8 +151,14 @@ async def serve(websocket: WebSocket, handler: Callable[[Broker], Awaitable[None
     """Accept, run ``handler`` and end with the close frame its outcome calls for.
 
     The socket is accepted before anything is checked: a refusal before the handshake is a bare
-    HTTP 403, and a client could not tell an unknown topic from a bad filter.
+    HTTP 403, and a client could not tell an unknown topic from a bad filter. The socket counts as
+    open until its close frame is sent: the shutdown waits for that (app/api/ws/going_away.py).
     """
+    with websocket_sessions(websocket.app.state).session():
+        await _serve(websocket, handler)
+
+
+async def _serve(websocket: WebSocket, handler: Callable[[Broker], Awaitable[None]]) -> None:
     await websocket.accept()
     close = WsClose(NORMAL, "")
     close_timeout_s = DEFAULT_CLOSE_TIMEOUT_S

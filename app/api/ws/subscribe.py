@@ -29,6 +29,7 @@ from fastapi import APIRouter, WebSocket
 
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
+from app.api.ws.going_away import websocket_sessions
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
     GOING_AWAY,
@@ -98,6 +99,7 @@ class Subscription:
             self.assign(params.queues if params.queues is not None else list(range(params.read_queues)))
         receiver = asyncio.ensure_future(self._receive_loop())
         self._side_tasks.add(self._spawn(self._watch_idle()))
+        self._side_tasks.add(self._spawn(self._close_when_going_away()))
         try:
             await asyncio.wait({receiver, self._failure}, return_when=asyncio.FIRST_COMPLETED)
             if self._failure.done():
@@ -116,6 +118,10 @@ class Subscription:
             await asyncio.gather(receiver, *tasks, return_exceptions=True)
             if not self._failure.done():
                 self._failure.cancel()
+
+    async def _close_when_going_away(self) -> None:
+        await websocket_sessions(self.websocket.app.state).going_away.wait()
+        raise WsClose(GOING_AWAY, "the broker is shutting down")
 
     def _fail(self, error: BaseException) -> None:
         if not self._closed and not self._failure.done():
