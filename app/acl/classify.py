@@ -223,6 +223,7 @@ RULES: tuple[Rule, ...] = (
     Rule("DELETE", "/v1/groups/{group}/members/{client_id}", on_group, "SUB on the group"),
     Rule("GET", "/v1/groups/{group}/messages", group_pull, "SUB on the group and on the member's topics"),
     Rule("GET", "/v1/groups/{group}", on_group, "SUB on the group"),
+    Rule("PUT", "/v1/groups/{group}/config", Need.admin("changing a group's settings"), "admin"),
     Rule("PUT", "/v1/groups/{group}/offsets", commit_offsets, "SUB on the group and on each topic"),
     Rule("*", "/v1/admin/{rest:path}", Need.admin("an operator request (/v1/admin)"), "admin"),
     Rule("WEBSOCKET", "/v1/ws/subscribe", ws_subscribe, "SUB on the topic, and on `group`"),

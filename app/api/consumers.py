@@ -4,6 +4,8 @@ app.broker.group_consume); this module parses and encodes."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from typing import Annotated, Any, Literal
 
@@ -85,8 +87,17 @@ class MemberView(BaseModel):
     assignments: list[Assigned]
 
 
+class GroupConfigBody(BaseModel):
+    max_reconsume_times: int = Field(
+        ge=0, le=1000, description="Consumed again at most this often, then to %DLQ%{group}"
+    )
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"max_reconsume_times": 3}]})
+
+
 class GroupView(BaseModel):
     group: str
+    config: GroupConfigBody
     model: str | None
     strategy: str | None
     generation: int | None
@@ -185,8 +196,10 @@ async def group_pull(
 async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
     found = broker.groups.get(group)
     topics = set(broker.store.consumer_offsets.topics_of_group(group))
-    if found is None and not topics:
-        raise ApiError(ErrorCode.GROUP_NOT_FOUND, f"group {group!r} has no members and no committed offsets")
+    if found is None and not topics and not broker.group_configs.has(group):
+        raise ApiError(
+            ErrorCode.GROUP_NOT_FOUND, f"group {group!r} has no members, committed offsets or settings"
+        )
     members = list(found.members.values()) if found is not None else []
     for member in members:
         topics.update(member.subscriptions)
@@ -196,6 +209,7 @@ async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
     now = time.monotonic()
     return {
         "group": group,
+        "config": dataclasses.asdict(broker.group_configs.get(group)),
         "model": found.model if found else None,
         "strategy": found.strategy if found else None,
         "generation": found.generation if found else None,
@@ -210,3 +224,14 @@ async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
         ],
         "offsets": offsets,
     }
+
+
+@router.put(
+    "/{group}/config",
+    response_model=GroupConfigBody,
+    summary="Change the group's settings: how often a message is consumed again before the dead-letter topic",
+    responses={422: {"model": ErrorEnvelope}},
+)
+async def set_group_config(group: GroupName, body: GroupConfigBody, broker: BrokerDep) -> dict[str, Any]:
+    config = await asyncio.to_thread(broker.group_configs.set, group, **body.model_dump())
+    return dataclasses.asdict(config)

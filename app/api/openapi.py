@@ -50,6 +50,7 @@ OPERATION_IDS: dict[str, str] = {
     "leave": "leaveGroup",
     "group_pull": "pullAsMember",
     "describe_group": "getGroup",
+    "set_group_config": "setGroupConfig",
     "clean": "cleanStore",
     "disk_usage": "getDiskUsage",
     "healthz": "getHealth",
@@ -148,7 +149,8 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         400: "A bad `max_messages` (40012)",
         404: "The client is not a member of the group: heartbeat first (40407)",
     },
-    "getGroup": {404: "The group has no members and no committed offsets (40405)"},
+    "getGroup": {404: "The group has no members, committed offsets or settings (40405)"},
+    "setGroupConfig": {},
     "getOffsets": {
         404: "The group has no committed offsets (40405), or the topic does not exist (40402)",
         421: None,

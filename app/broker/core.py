@@ -26,6 +26,7 @@ from app.broker.errors import (
     TopicNotWritableError,
     WriteQueueError,
 )
+from app.broker.group_config import GroupConfig, GroupConfigs
 from app.broker.groups import ConsumerGroups
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.pull import read_or_hold
@@ -98,6 +99,9 @@ class Broker:
         self._round_robin: dict[str, itertools.count[int]] = {}
         self.creator = TopicCreator(topics, self.topics_changed)
         self.groups = ConsumerGroups(self.read_queue_count, settings.consumer_expiry_s)
+        self.group_configs = GroupConfigs(
+            store.config.config_dir, GroupConfig(max_reconsume_times=settings.max_reconsume_times)
+        )
 
     # -- topics ----------------------------------------------------------------------------------
 

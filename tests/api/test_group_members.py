@@ -249,6 +249,9 @@ def test_offsets_survive_sigkill_and_generations_only_grow(tmp_path: Path) -> No
         with httpx.Client(base_url=process.url, timeout=30) as http:
             topic = make_topic(http, 2)
             before = heartbeat(http, "durable", "solo", topic, consume_from="first")
+            assert http.get("/v1/groups/durable").json()["config"] == {"max_reconsume_times": 16}
+            changed = http.put("/v1/groups/durable/config", json={"max_reconsume_times": 3})
+            assert changed.json() == {"max_reconsume_times": 3}
             for n in range(6):
                 produce_to(http, topic, n % 2, f"n{n}")
             pulled = http.get(
@@ -279,6 +282,7 @@ def test_offsets_survive_sigkill_and_generations_only_grow(tmp_path: Path) -> No
         process.kill()
         process.start()
         with httpx.Client(base_url=process.url, timeout=30) as http:
+            assert http.get("/v1/groups/durable").json()["config"] == {"max_reconsume_times": 3}
             lost = http.get("/v1/groups/durable/messages", params={"client_id": "solo"})
             assert lost.json()["error_code"] == 40407  # membership is rebuilt by heartbeats
             after = heartbeat(http, "durable", "solo", topic, consume_from="first")

@@ -38,6 +38,7 @@ OPERATION_IDS = {
     ("delete", "/v1/groups/{group}/members/{client_id}"): "leaveGroup",
     ("get", "/v1/groups/{group}/messages"): "pullAsMember",
     ("get", "/v1/groups/{group}"): "getGroup",
+    ("put", "/v1/groups/{group}/config"): "setGroupConfig",
     ("get", "/v1/groups/{group}/offsets"): "getOffsets",
     ("post", "/v1/admin/clean"): "cleanStore",
     ("get", "/v1/admin/disk"): "getDiskUsage",
