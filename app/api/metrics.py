@@ -1,0 +1,149 @@
+"""``GET /metrics``: the broker's metrics in Prometheus' text format, and the HTTP request histogram.
+
+Each app has its own registry (tests run several apps in one process) holding two collectors: the
+broker's (:mod:`app.broker.metrics`: counters, lag, store gauges) and this module's
+``wharf_http_request_duration_seconds{method,route,status}``, timed by a pure ASGI middleware around
+the whole app. ``route`` is the matched route's path template (``/v1/topics/{topic}/messages``),
+never the raw path; a request no route matches is ``<unmatched>``. A WebSocket is not an HTTP
+request and is not timed.
+
+A scrape renders the text in a worker thread: reading 10,000 queues' lag takes a while, and the
+event loop (produce, pull) goes on meanwhile. Nothing it reads takes the store's write lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+from fastapi import APIRouter, FastAPI, Request
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.broker.metrics import BrokerCollector, BrokerMetrics, DurationHistogram
+from app.store import MessageStore
+
+router = APIRouter()
+
+# Version 0.0.4 of the text format: the one every Prometheus server reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UNMATCHED = "<unmatched>"
+# Any other method is counted as "OTHER": the label stays bounded whatever a client sends.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Upper bounds in seconds: a produce takes about a millisecond, a long poll up to WHARF_MAX_WAIT_MS.
+HTTP_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+SeriesKey = tuple[str, str, int]  # method, route template, status
+
+
+class HttpDurations(Collector):
+    """``wharf_http_request_duration_seconds``: one histogram per (method, route, status), written on
+    the event loop, read by a scrape in another thread."""
+
+    def __init__(self) -> None:
+        self.series: dict[SeriesKey, DurationHistogram] = {}
+
+    def observe(self, key: SeriesKey, seconds: float) -> None:
+        histogram = self.series.get(key)
+        if histogram is None:
+            histogram = self.series[key] = DurationHistogram(HTTP_BUCKETS_S)
+        histogram.observe(seconds)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(
+            "wharf_http_request_duration_seconds",
+            "HTTP requests by method, route template and status, from the request to the last byte answered",
+            labels=["method", "route", "status"],
+        )
+        for (method, route, status), histogram in sorted(list(self.series.items())):
+            histogram.add_to(family, (method, route, str(status)))
+        yield family
+
+
+class HttpMetricsMiddleware:
+    """Times every HTTP request, labelled with the route template the router matched."""
+
+    def __init__(self, app: ASGIApp, durations: HttpDurations, routes: list[BaseRoute]) -> None:
+        self.app = app
+        self.durations = durations
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # unless an answer starts: the app failed
+
+        async def send_and_note_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note_status)
+        finally:
+            elapsed = time.perf_counter() - started
+            method = scope["method"]
+            route = scope.get("route")  # set by the router on the scope every middleware passes on
+            template = route.path if route is not None else self._template(scope)
+            self.durations.observe((method if method in METHODS else "OTHER", template, status), elapsed)
+
+    def _template(self, scope: Scope) -> str:
+        """The template of a request answered before routing (the ACL, the edge's limits), or
+        :data:`UNMATCHED`."""
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match is not Match.NONE:
+                return str(getattr(route, "path", UNMATCHED))
+        return UNMATCHED
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    """The Prometheus text exposition of this broker's registry."""
+    registry: CollectorRegistry = request.app.state.metrics_registry
+    body = await asyncio.to_thread(generate_latest, registry)
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+def install_metrics(app: FastAPI) -> BrokerMetrics:
+    """Give ``app`` its registry, the HTTP middleware (outermost: refusals are timed too) and
+    ``GET /metrics``; returns the broker's metrics for the broker and the store to write."""
+    broker_metrics = BrokerMetrics()
+    durations = HttpDurations()
+
+    def store_of() -> MessageStore | None:
+        broker = app.state.broker
+        return broker.store if broker is not None and broker.store.is_open else None
+
+    registry = CollectorRegistry()
+    registry.register(BrokerCollector(broker_metrics, store_of))
+    registry.register(durations)
+    app.state.metrics_registry = registry
+    app.add_middleware(HttpMetricsMiddleware, durations=durations, routes=app.router.routes)
+    app.include_router(router)
+    return broker_metrics
