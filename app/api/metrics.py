@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, FastAPI, Request
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.broker.metrics import BrokerCollector, BrokerMetrics, DurationHistogram
+from app.broker.metrics_text import broker_series
 from app.store import MessageStore
 
 router = APIRouter()
@@ -122,12 +123,26 @@ class HttpMetricsMiddleware:
         return UNMATCHED
 
 
+class Exposition:
+    """What ``GET /metrics`` answers: the registry's families, written by prometheus_client, then
+    the broker's families of a series per topic, group or queue (:mod:`app.broker.metrics_text`)."""
+
+    def __init__(
+        self, registry: CollectorRegistry, metrics: BrokerMetrics, store_of: Callable[[], MessageStore | None]
+    ) -> None:
+        self.registry = registry
+        self.metrics = metrics
+        self.store_of = store_of
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry) + broker_series(self.metrics, self.store_of()).encode()
+
+
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    """The Prometheus text exposition of this broker's registry."""
-    registry: CollectorRegistry = request.app.state.metrics_registry
-    body = await asyncio.to_thread(generate_latest, registry)
-    return Response(body, media_type=CONTENT_TYPE)
+    """This broker's metrics in the Prometheus text format."""
+    exposition: Exposition = request.app.state.metrics
+    return Response(await asyncio.to_thread(exposition.render), media_type=CONTENT_TYPE)
 
 
 def install_metrics(app: FastAPI) -> BrokerMetrics:
@@ -143,7 +158,7 @@ def install_metrics(app: FastAPI) -> BrokerMetrics:
     registry = CollectorRegistry()
     registry.register(BrokerCollector(broker_metrics, store_of))
     registry.register(durations)
-    app.state.metrics_registry = registry
+    app.state.metrics = Exposition(registry, broker_metrics, store_of)
     app.add_middleware(HttpMetricsMiddleware, durations=durations, routes=app.router.routes)
     app.include_router(router)
     return broker_metrics

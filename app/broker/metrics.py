@@ -16,18 +16,17 @@ write lock: ``wharf_consumer_lag{group,topic,queue}``, ``wharf_store_commitlog_b
 ``wharf_store_disk_used_ratio``, ``wharf_store_writes_refused`` and
 ``wharf_recovery_duration_seconds``.
 
-The counters are plain Python written on the event loop only (the flush histogram takes a lock: its
-writers are threads), so a produce pays a dictionary update, never a lock; a scrape in another
-thread copies each table whole in one step under the GIL. A deleted topic's series go with it.
+The counters are plain Python written on the event loop only, so a produce pays a dictionary update,
+never a lock; a scrape in another thread copies each table whole in one step under the GIL. A
+deleted topic's series go with it.
 """
 
 from __future__ import annotations
 
 import bisect
-import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from app.store import MessageStore
@@ -37,26 +36,27 @@ FLUSH_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class DurationHistogram:
-    """Durations by bucket (``bounds_s``, then +Inf) and their sum; safe to write from any thread."""
+    """Durations by bucket (``bounds_s``, then +Inf) and their sum.
 
-    __slots__ = ("bounds_s", "_counts", "_sum_s", "_lock")
+    Written by one thread at a time, without a lock (the event loop for HTTP requests; the flush
+    thread, then the store's close, for flushes); a scrape in another thread reads a copy, whose
+    sum may miss the observation being written.
+    """
+
+    __slots__ = ("bounds_s", "_counts", "_sum_s")
 
     def __init__(self, bounds_s: Sequence[float]) -> None:
         self.bounds_s = tuple(bounds_s)
         self._counts = [0] * (len(self.bounds_s) + 1)
         self._sum_s = 0.0
-        self._lock = threading.Lock()
 
     def observe(self, seconds: float) -> None:
-        index = bisect.bisect_left(self.bounds_s, seconds)  # the first bound >= seconds: "le"
-        with self._lock:
-            self._counts[index] += 1
-            self._sum_s += seconds
+        self._counts[bisect.bisect_left(self.bounds_s, seconds)] += 1  # the first bound >= seconds: "le"
+        self._sum_s += seconds
 
     def add_to(self, family: HistogramMetricFamily, labels: Sequence[str] = ()) -> None:
         """Add this histogram to ``family`` as one series: cumulative buckets, then the sum."""
-        with self._lock:
-            counts, sum_s = list(self._counts), self._sum_s
+        counts, sum_s = list(self._counts), self._sum_s
         buckets, total = [], 0
         for bound, count in zip((*self.bounds_s, float("inf")), counts, strict=True):
             total += count
@@ -102,30 +102,17 @@ class BrokerMetrics:
 
 
 class BrokerCollector(Collector):
-    """The families of one broker for a Prometheus registry: its counters, and the lag and store
-    gauges read from the store at scrape time (``store_of()`` is None while the broker starts)."""
+    """The broker's one-line families for a Prometheus registry: the gauges of held polls and
+    subscribers, the flush histogram, and the store's gauges (``store_of()`` is None while the broker
+    starts). Its families of a series per topic, group or queue are written by
+    :func:`app.broker.metrics_text.broker_series`."""
 
     def __init__(self, metrics: BrokerMetrics, store_of: Callable[[], MessageStore | None]) -> None:
         self.metrics = metrics
         self.store_of = store_of
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
         metrics = self.metrics
-        yield _counter(
-            "wharf_messages_produced", "Messages stored, by topic", ["topic"], metrics.produced_messages
-        )
-        yield _counter(
-            "wharf_bytes_produced",
-            "Body bytes of the messages stored, by topic",
-            ["topic"],
-            metrics.produced_bytes,
-        )
-        yield _counter(
-            "wharf_messages_consumed",
-            'Messages handed out by pulls and to WebSocket subscribers, by topic and group ("" without one)',
-            ["topic", "group"],
-            metrics.consumed_messages,
-        )
         yield GaugeMetricFamily(
             "wharf_long_polls_held", "HTTP pulls waiting for a message", value=metrics.long_polls_held
         )
@@ -142,17 +129,7 @@ class BrokerCollector(Collector):
             yield from _store_families(store)
 
 
-def _counter(
-    name: str, documentation: str, labels: list[str], values: dict[str, int] | dict[tuple[str, str], int]
-) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, documentation, labels=labels)
-    for key, value in list(values.items()):  # one step under the GIL: the loop may add keys meanwhile
-        family.add_metric([key] if isinstance(key, str) else list(key), value)
-    return family
-
-
 def _store_families(store: MessageStore) -> Iterator[GaugeMetricFamily]:
-    yield consumer_lag(store)
     commitlog = store.commitlog
     yield GaugeMetricFamily(
         "wharf_store_commitlog_bytes",
@@ -175,19 +152,3 @@ def _store_families(store: MessageStore) -> Iterator[GaugeMetricFamily]:
         "How long the store took to load and recover at its last start",
         value=store.recovery_seconds,
     )
-
-
-def consumer_lag(store: MessageStore) -> GaugeMetricFamily:
-    """Every committed offset once, against its queue's offsets in memory: max offset minus the
-    committed offset (raised to the queue's min offset, as GET /v1/groups/{group}/offsets reads it)."""
-    family = GaugeMetricFamily(
-        "wharf_consumer_lag",
-        "Messages of a queue after the group's committed offset",
-        labels=["group", "topic", "queue"],
-    )
-    queues = store.queues.queues
-    for group, topic, queue_id, committed in store.consumer_offsets.all():
-        queue = queues.get((topic, queue_id))
-        lag = max(0, queue.max_offset - max(committed, queue.min_offset)) if queue is not None else 0
-        family.add_metric([group, topic, str(queue_id)], lag)
-    return family
