@@ -14,10 +14,11 @@ event loop (produce, pull) goes on meanwhile. Nothing it reads takes the store's
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
+from time import perf_counter
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.routing import iter_route_contexts
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -95,7 +96,7 @@ class HttpMetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
+        started = perf_counter()
         status = 500  # unless an answer starts: the app failed
 
         async def send_and_note_status(message: Message) -> None:
@@ -107,20 +108,23 @@ class HttpMetricsMiddleware:
         try:
             await self.app(scope, receive, send_and_note_status)
         finally:
-            elapsed = time.perf_counter() - started
+            elapsed = perf_counter() - started
             method = scope["method"]
             route = scope.get("route")  # set by the router on the scope every middleware passes on
             template = route.path if route is not None else self._template(scope)
             self.durations.observe((method if method in METHODS else "OTHER", template, status), elapsed)
 
     def _template(self, scope: Scope) -> str:
-        """The template of a request answered before routing (the ACL, the edge's limits), or
-        :data:`UNMATCHED`."""
-        for route in self.routes:
-            match, _ = route.matches(scope)
-            if match is not Match.NONE:
-                return str(getattr(route, "path", UNMATCHED))
-        return UNMATCHED
+        """The template of a request answered before routing (by the ACL, the edge's limits) as the
+        router would match it, or :data:`UNMATCHED`. Rare: it walks every route."""
+        partial = UNMATCHED
+        for context in iter_route_contexts(self.routes):  # through the routers the app included
+            match, _ = context.matches(scope)
+            if match is Match.FULL:
+                return str(context.path)
+            if match is Match.PARTIAL and partial == UNMATCHED:
+                partial = str(context.path)  # another method of the same path
+        return partial
 
 
 class Exposition:

@@ -202,6 +202,11 @@ def test_with_the_acl_only_an_admin_scrapes(tmp_path: Path) -> None:
         with client_for(broker, PRODUCER) as producer:
             assert_refused(producer.get("/metrics"), 403)
         with client_for(broker, ADMIN) as admin:
-            assert value(scrape(admin), "wharf_websocket_subscribers") == 0
+            samples = scrape(admin)
+        assert value(samples, "wharf_websocket_subscribers") == 0
+        # Refused before routing, and still counted under the route's template.
+        count = "wharf_http_request_duration_seconds_count"
+        assert value(samples, count, method="GET", route="/metrics", status="401") == 1
+        assert value(samples, count, method="GET", route="/metrics", status="403") == 1
     finally:
         broker.stop()
