@@ -1,14 +1,16 @@
 """``GET /metrics``: the broker's metrics in Prometheus' text format, and the HTTP request histogram.
 
 Each app has its own registry (tests run several apps in one process) holding two collectors: the
-broker's (:mod:`app.broker.metrics`: counters, lag, store gauges) and this module's
-``wharf_http_request_duration_seconds{method,route,status}``, timed by a pure ASGI middleware around
-the whole app. ``route`` is the matched route's path template (``/v1/topics/{topic}/messages``),
-never the raw path; a request no route matches is ``<unmatched>``. A WebSocket is not an HTTP
-request and is not timed.
+broker's gauges and flush histogram (:class:`~app.broker.metrics.BrokerCollector`) and this
+module's ``wharf_http_request_duration_seconds{method,route,status}``, timed by a pure ASGI
+middleware around the whole app. ``route`` is the matched route's path template
+(``/v1/topics/{topic}/messages``), never the raw path; a request no route matches is
+``<unmatched>``. A WebSocket is not an HTTP request and is not timed. After the registry's families
+come the broker's counters and lag, written by :mod:`app.broker.metrics_text`.
 
-A scrape renders the text in a worker thread: reading 10,000 queues' lag takes a while, and the
-event loop (produce, pull) goes on meanwhile. Nothing it reads takes the store's write lock.
+A scrape writes the text in a worker thread: the lag of 10,000 queues takes a while, and the event
+loop (produce, pull) goes on meanwhile. Nothing it reads takes the store's write lock. The route
+is not in the OpenAPI document: it answers Prometheus' format, not the JSON API (README "Metrics").
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.broker.metrics import BrokerCollector, BrokerMetrics, DurationHistogram
+from app.broker.metrics import DURATION_BUCKETS_S, BrokerCollector, BrokerMetrics, DurationHistogram
 from app.broker.metrics_text import broker_series
 from app.store import MessageStore
 
@@ -37,25 +39,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UNMATCHED = "<unmatched>"
 # Any other method is counted as "OTHER": the label stays bounded whatever a client sends.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-# Upper bounds in seconds: a produce takes about a millisecond, a long poll up to WHARF_MAX_WAIT_MS.
-HTTP_BUCKETS_S = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-)
+# A produce takes about a millisecond; a long poll waits up to WHARF_MAX_WAIT_MS (30 s by default).
+HTTP_BUCKETS_S = (*DURATION_BUCKETS_S, 30.0, 60.0)
 
 SeriesKey = tuple[str, str, int]  # method, route template, status
 

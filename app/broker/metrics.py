@@ -11,10 +11,11 @@ Counted as it happens, by the core (:class:`BrokerMetrics`), so HTTP and WebSock
 - ``wharf_flush_duration_seconds``: CommitLog flushes that brought bytes to disk (the store's flush
   listener, on the flush thread).
 
-Read when Prometheus scrapes (:class:`BrokerCollector`), from memory only, without the store's
-write lock: ``wharf_consumer_lag{group,topic,queue}``, ``wharf_store_commitlog_bytes``,
-``wharf_store_disk_used_ratio``, ``wharf_store_writes_refused`` and
-``wharf_recovery_duration_seconds``.
+Read when Prometheus scrapes, from memory only, without the store's write lock:
+``wharf_store_commitlog_bytes``, ``wharf_store_disk_used_ratio``, ``wharf_store_writes_refused`` and
+``wharf_recovery_duration_seconds`` (:class:`BrokerCollector`, for a prometheus_client registry), and
+``wharf_consumer_lag{group,topic,queue}``, which :mod:`app.broker.metrics_text` writes with the
+counters: the families of a series per topic, group or queue.
 
 The counters are plain Python written on the event loop only, so a produce pays a dictionary update,
 never a lock; a scrape in another thread copies each table whole in one step under the GIL. A
@@ -31,16 +32,18 @@ from prometheus_client.registry import Collector
 
 from app.store import MessageStore
 
-# Upper bounds in seconds: a page-cache write-back is sub-millisecond, a stalled disk takes seconds.
-FLUSH_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Upper bounds in seconds: an fdatasync of a few pages takes under a millisecond, a stalled disk
+# seconds (the HTTP histogram adds 30 and 60 s for long polls).
+DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class DurationHistogram:
     """Durations by bucket (``bounds_s``, then +Inf) and their sum.
 
-    Written by one thread at a time, without a lock (the event loop for HTTP requests; the flush
-    thread, then the store's close, for flushes); a scrape in another thread reads a copy, whose
-    sum may miss the observation being written.
+    Written without a lock, by one thread at a time: the event loop for HTTP requests, the flush
+    thread for flushes (two writers at once, only possible while the store closes, may lose an
+    observation). A scrape in another thread reads a copy, whose sum may miss the observation
+    being written.
     """
 
     __slots__ = ("bounds_s", "_counts", "_sum_s")
@@ -78,7 +81,7 @@ class BrokerMetrics:
         self.consumed_messages: dict[tuple[str, str], int] = {}  # (topic, group) -> messages
         self.long_polls_held = 0
         self.websocket_subscribers = 0
-        self.flush_durations = DurationHistogram(FLUSH_BUCKETS_S)
+        self.flush_durations = DurationHistogram(DURATION_BUCKETS_S)
 
     def count_produced(self, topic: str, messages: int, body_bytes: int) -> None:
         self.produced_messages[topic] = self.produced_messages.get(topic, 0) + messages
