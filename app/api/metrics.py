@@ -70,12 +70,18 @@ class HttpDurations(Collector):
 
 
 class HttpMetricsMiddleware:
-    """Times every HTTP request, labelled with the route template the router matched."""
+    """Times every HTTP request, labelled with the template of the route that answered it.
+
+    FastAPI's routes leave themselves in ``scope["route"]``; a plain Starlette route (produce's)
+    leaves only its endpoint, whose template a table built at the first request gives. A request
+    answered before routing (by the ACL, the edge's limits) is matched against the routes here.
+    """
 
     def __init__(self, app: ASGIApp, durations: HttpDurations, routes: list[BaseRoute]) -> None:
         self.app = app
         self.durations = durations
         self.routes = routes
+        self._templates: dict[object, str] | None = None  # endpoint -> template
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -95,21 +101,41 @@ class HttpMetricsMiddleware:
         finally:
             elapsed = perf_counter() - started
             method = scope["method"]
-            route = scope.get("route")  # set by the router on the scope every middleware passes on
+            route = scope.get("route")  # the router writes on the scope every middleware passes on
             template = route.path if route is not None else self._template(scope)
             self.durations.observe((method if method in METHODS else "OTHER", template, status), elapsed)
 
     def _template(self, scope: Scope) -> str:
-        """The template of a request answered before routing (by the ACL, the edge's limits) as the
-        router would match it, or :data:`UNMATCHED`. Rare: it walks every route."""
-        partial = UNMATCHED
-        for context in iter_route_contexts(self.routes):  # through the routers the app included
-            match, _ = context.matches(scope)
-            if match is Match.FULL:
-                return str(context.path)
-            if match is Match.PARTIAL and partial == UNMATCHED:
-                partial = str(context.path)  # another method of the same path
-        return partial
+        templates = self._templates
+        if templates is None:  # every route exists once the app serves
+            templates = self._templates = _templates_by_endpoint(self.routes)
+        template = templates.get(scope.get("endpoint"))
+        return template if template is not None else _matched_template(self.routes, scope)
+
+
+def _templates_by_endpoint(routes: list[BaseRoute]) -> dict[object, str]:
+    """Endpoint -> template, through the routers the app included; an endpoint served at two
+    templates is left out (it is matched instead)."""
+    templates: dict[object, str] = {}
+    shared: set[object] = set()
+    for context in iter_route_contexts(routes):
+        endpoint, path = context.endpoint, context.path
+        if endpoint is not None and path is not None and templates.setdefault(endpoint, path) != path:
+            shared.add(endpoint)
+    return {endpoint: path for endpoint, path in templates.items() if endpoint not in shared}
+
+
+def _matched_template(routes: list[BaseRoute], scope: Scope) -> str:
+    """The template the router would match for ``scope``, or :data:`UNMATCHED`; it walks every
+    route, so only requests that reached no endpoint come here."""
+    partial = UNMATCHED
+    for context in iter_route_contexts(routes):
+        match, _ = context.matches(scope)
+        if match is Match.FULL:
+            return str(context.path)
+        if match is Match.PARTIAL and partial == UNMATCHED:
+            partial = str(context.path)  # another method of the same path
+    return partial
 
 
 class Exposition:
