@@ -16,7 +16,7 @@ is not in the OpenAPI document: it answers Prometheus' format, not the JSON API 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from time import perf_counter
 
 from fastapi import APIRouter, FastAPI, Request
@@ -69,6 +69,22 @@ class HttpDurations(Collector):
         yield family
 
 
+class StatusNote:
+    """The ``send`` the app gets: notes the answer's status and passes every message on. A plain
+    callable returning ``send``'s awaitable: no coroutine of its own per message."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 500  # unless an answer starts: the app failed
+
+    def __call__(self, message: Message) -> Awaitable[None]:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        return self.send(message)
+
+
 class HttpMetricsMiddleware:
     """Times every HTTP request, labelled with the template of the route that answered it.
 
@@ -88,22 +104,17 @@ class HttpMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         started = perf_counter()
-        status = 500  # unless an answer starts: the app failed
-
-        async def send_and_note_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        noted = StatusNote(send)
         try:
-            await self.app(scope, receive, send_and_note_status)
+            await self.app(scope, receive, noted)
         finally:
             elapsed = perf_counter() - started
             method = scope["method"]
             route = scope.get("route")  # the router writes on the scope every middleware passes on
             template = route.path if route is not None else self._template(scope)
-            self.durations.observe((method if method in METHODS else "OTHER", template, status), elapsed)
+            self.durations.observe(
+                (method if method in METHODS else "OTHER", template, noted.status), elapsed
+            )
 
     def _template(self, scope: Scope) -> str:
         templates = self._templates
