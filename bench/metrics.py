@@ -22,7 +22,8 @@ In process:
 
 * ``middleware``: an ASGI app that answers at once, leaving on the scope what produce's route leaves
   (its endpoint), called with and without the HTTP histogram's middleware around it, rounds
-  interleaved: the microseconds a request pays. Target: MIDDLEWARE_TARGET_US.
+  interleaved: the microseconds a request pays. Target: MIDDLEWARE_TARGET_US
+  (bench/metrics_inprocess.py holds these two sections).
 * ``writer``: the lag family of a store of 10,000 queues and GROUPS groups (40,000 series), written
   by :mod:`app.broker.metrics_text`, against the same family built through prometheus_client's
   ``GaugeMetricFamily`` and written by its ``generate_latest`` (the baseline).
@@ -37,24 +38,15 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import httpx
-from prometheus_client import generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.types import Message as AsgiMessage
 
-from app.api.metrics import HttpDurations, HttpMetricsMiddleware
-from app.broker.metrics_text import consumer_lag
-from app.store import Message, MessageStore, StoreConfig
 from bench import harness
 from bench.harness import RESULTS_DIR, Result, Stopwatch, Target
 from bench.http_load import WrkRun, cpu_seconds, post_script, raise_fd_limit, request_bytes, run_wrk, wrk_path
+from bench.metrics_inprocess import bench_middleware, bench_writer
 from bench.queues_load import create_topics, produce_all, run_calls, topic_name
 from bench.topics import QUEUES
 from tests.api.server import BrokerProcess
@@ -63,10 +55,9 @@ SECTIONS = ("scrape", "produce", "middleware", "writer")
 TOPICS = 1_250  # x QUEUES (8) = 10,000 queues
 GROUPS = 4
 SCRAPE_TARGET_S = 0.5
-# A scrape of the 10,000-queue broker costs it about 0.14 s of CPU, on the core produce runs on: one
-# a second leaves produce about 0.86 of its rate, whatever the scrape does besides.
+# A scrape of the 10,000-queue broker costs it about 0.1 s of CPU, on the core produce runs on: one
+# a second leaves produce about 0.9 of its rate, whatever the scrape does besides.
 PRODUCE_SHARE_TARGET = 0.8
-MIDDLEWARE_TARGET_US = 5.0
 SETTINGS = {
     "flush_mode": "ASYNC",
     "consumequeue_file_entries": 1_000,
@@ -248,113 +239,6 @@ def bench_produce(plan: Plan, broker: LoadedBroker, root: Path) -> list[Result]:
     return results
 
 
-async def _produce_endpoint(request: object) -> None:
-    return None
-
-
-ROUTE = Route("/v1/topics/{topic}/messages", _produce_endpoint, methods=["POST"])
-START: AsgiMessage = {"type": "http.response.start", "status": 200, "headers": []}
-BODY: AsgiMessage = {"type": "http.response.body", "body": b"{}"}
-
-
-async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
-    """What produce's plain Starlette route leaves on the scope and sends, and nothing else."""
-    scope["endpoint"] = _produce_endpoint
-    scope["path_params"] = {"topic": "t"}
-    await send(START)
-    await send(BODY)
-
-
-async def _receive() -> AsgiMessage:
-    return {"type": "http.request", "body": b"", "more_body": False}
-
-
-async def _send(message: AsgiMessage) -> None:
-    return None
-
-
-async def _calls_us(app: ASGIApp, calls: int) -> float:
-    with Stopwatch() as watch:
-        for _ in range(calls):
-            await app({"type": "http", "method": "POST", "path": "/v1/topics/t/messages"}, _receive, _send)
-    return watch.seconds / calls * 1e6
-
-
-def bench_middleware(plan: Plan) -> list[Result]:
-    wrapped = HttpMetricsMiddleware(_answer, HttpDurations(), [ROUTE])
-
-    async def rounds() -> tuple[list[float], list[float]]:
-        bare, timed = [], []
-        for _ in range(plan.repeats * 5):
-            bare.append(await _calls_us(_answer, plan.calls))
-            timed.append(await _calls_us(wrapped, plan.calls))
-        return bare, timed
-
-    bare, timed = asyncio.run(rounds())
-    baseline = Result("ASGI call, no middleware", "us/request", bare, alias="bare")
-    return [
-        baseline,
-        Result("ASGI call through the HTTP histogram", "us/request", timed).against(baseline),
-        Result(
-            "HTTP histogram's cost",
-            "us/request",
-            [with_ - without for with_, without in zip(timed, bare, strict=True)],
-            target=Target(MIDDLEWARE_TARGET_US, at_least=False),
-            note="per round: the call through the middleware minus the bare call",
-        ),
-    ]
-
-
-class _LagThroughTheClientLibrary(Collector):
-    """The lag family as prometheus_client builds it: a GaugeMetricFamily row by row."""
-
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
-
-    def collect(self) -> list[GaugeMetricFamily]:
-        family = GaugeMetricFamily("wharf_consumer_lag", "lag", labels=["group", "topic", "queue"])
-        queues = self.store.queues.queues
-        for group, topic, queue_id, committed in self.store.consumer_offsets.all():
-            queue = queues[(topic, queue_id)]
-            lag = max(0, queue.max_offset - max(committed, queue.min_offset))
-            family.add_metric([group, topic, str(queue_id)], lag)
-        return [family]
-
-
-def bench_writer(plan: Plan, root: Path) -> list[Result]:
-    config = StoreConfig(
-        root / "writer-store",
-        consumequeue_file_entries=1_000,
-        commitlog_file_size=64 * 1024 * 1024,
-        message_index_enable=False,
-    )
-    with MessageStore(config) as store:
-        for topic in range(TOPICS):
-            store.append([Message(topic_name(topic), b"x", queue) for queue in range(QUEUES)])
-            for group in range(GROUPS):
-                for queue in range(QUEUES):
-                    store.consumer_offsets.commit(f"g{group}", topic_name(topic), queue, 0)
-        series = TOPICS * QUEUES * GROUPS
-        library = _LagThroughTheClientLibrary(store)
-
-        def timed(write: Callable[[], object]) -> float:
-            with Stopwatch() as watch:
-                write()
-            return watch.seconds / series * 1e6
-
-        through_library, written = [], []
-        for _ in range(plan.repeats * 3):
-            through_library.append(timed(lambda: generate_latest(library)))
-            written.append(timed(lambda: consumer_lag(store).encode()))
-    baseline = Result(
-        f"{series:,} lag series, prometheus_client families", "us/series", through_library, alias="library"
-    )
-    return [
-        baseline,
-        Result(f"{series:,} lag series, metrics_text", "us/series", written).against(baseline),
-    ]
-
-
 def make_parser() -> argparse.ArgumentParser:
     parser = harness.arguments("metrics", __doc__, "fewer scrapes and shorter runs", SECTIONS, raw=True)
     parser.add_argument(
@@ -386,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                 return bench_scrape(plan, loaded())
             if name == "produce":
                 return bench_produce(plan, loaded(), root)
-            return bench_middleware(plan) if name == "middleware" else bench_writer(plan, root)
+            if name == "middleware":
+                return bench_middleware(plan.repeats, plan.calls)
+            return bench_writer(plan.repeats, root, TOPICS, GROUPS)
 
         def title(name: str, seconds: float) -> str:
             return f"{name} ({seconds:.0f} s, 1-min load average {load[name]:.1f} at start)"
