@@ -203,6 +203,7 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/console/{file:path}", OPEN, "open (the console's static files)"),
     Rule("OPTIONS", "/{rest:path}", OPEN, "open (CORS preflight; no route answers OPTIONS)"),
     Rule("GET", "/v1/stats", ACCOUNT, "any account"),
+    Rule("GET", "/metrics", Need.admin("scraping the metrics (every topic's and group's counters)"), "admin"),
     Rule("POST", "/v1/topics/{topic}/messages", produce, "PUB on the topic; admin if it would be created"),
     Rule("GET", "/v1/topics/{topic}/messages", _on_topic(Action.SUB), "SUB on the topic"),
     Rule("GET", "/v1/topics/{topic}/queues/{queue_id}/messages", pull, "SUB on the topic, and on `group`"),

@@ -16,6 +16,7 @@ from app.api import admin, cluster, consumers, groups, lookup, messages, topics
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
+from app.api.metrics import install_metrics
 from app.api.openapi import install_openapi
 from app.api.schemas import BrokerStats, HealthStatus, ReadyStatus
 from app.api.ws import router as ws_router
@@ -60,7 +61,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store_config = settings.store_config()
         queues = QueueTable(store_config)
         holds = PullHoldService(queues.max_offset, settings.hold_check_interval_ms / 1000)
-        store = MessageStore(store_config, [holds.notify_arrival], queues=queues)
+        store = MessageStore(
+            store_config, [holds.notify_arrival], queues=queues, on_flush=metrics.observe_flush
+        )
         # Loading and recovery read the disk: keep them off the event loop.
         await asyncio.to_thread(store.open)
         config_dir = settings.store_config().config_dir
@@ -91,7 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine.dispose()
             raise
         await holds.start()
-        broker = Broker(settings, store, topic_configs, holds, routing)
+        broker = Broker(settings, store, topic_configs, holds, routing, metrics)
         try:
             # Before the first request: a retry after the restart must find its first message.
             restored = await asyncio.to_thread(broker.restore_idempotency)
@@ -124,10 +127,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker = None
     install_error_handlers(app)
-    # Middlewares: the last added runs first. CORS, then the edge's limits and Origin check, then
-    # the ACL, so that every refusal carries CORS headers and the ACL sees only bounded bodies.
+    # Middlewares: the last added runs first. The HTTP histogram, CORS, then the edge's limits and
+    # Origin check, then the ACL, so that every refusal carries CORS headers and is timed, and the
+    # ACL sees only bounded bodies.
     install_acl(app, settings)
     install_edge(app, settings)
+    metrics = install_metrics(app)
     install_openapi(app)
     install_docs(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)

@@ -360,7 +360,9 @@ async def pull(
     except FilterExpressionError as exc:
         raise ApiError(ErrorCode.INVALID_TAG_EXPRESSION, str(exc)) from None
     offset = broker.resolve_pull_offset(topic, queue_id, offset, group, commit_offset, start)
-    result = await broker.pull(topic, queue_id, offset, count, tag_filter, max_wait_ms, request.receive)
+    result = await broker.pull(
+        topic, queue_id, offset, count, tag_filter, max_wait_ms, request.receive, group
+    )
     accept = request.headers.get("accept", "")
     if RECORDS_MEDIA_TYPE in accept:
         return Response(b"".join(result.records), media_type=RECORDS_MEDIA_TYPE, headers=pull_headers(result))

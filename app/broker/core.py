@@ -29,6 +29,7 @@ from app.broker.errors import (
 from app.broker.group_config import GroupConfig, GroupConfigs
 from app.broker.groups import ConsumerGroups
 from app.broker.idempotency import IdempotencyWindow
+from app.broker.metrics import BrokerMetrics
 from app.broker.pull import read_or_hold
 from app.broker.topic_creator import TopicCreator
 from app.codec import RESERVED_PROPERTIES, IncomingMessage
@@ -88,12 +89,14 @@ class Broker:
         topics: TopicConfigManager,
         holds: PullHoldService,
         routing: RoutingService | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.topics = topics
         self.holds = holds
         self.routing = routing
+        self.metrics = metrics or BrokerMetrics()
         self.idempotency = IdempotencyWindow(settings.idempotency_window_s, settings.idempotency_max_entries)
         self.unique_ids = UniqueIdGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -154,6 +157,7 @@ class Broker:
         await self.require_registry()
         await asyncio.to_thread(self.topics.delete, name)
         await asyncio.to_thread(self.store.delete_topic, name)
+        self.metrics.forget_topic(name)
         await self.topics_changed(deleted=[name])
 
     async def require_registry(self) -> None:
@@ -244,6 +248,7 @@ class Broker:
             answers.append({})
         if messages:
             appended = self.store.append(messages)
+            self.metrics.count_produced(topic, len(messages), sum(len(message.body) for message in messages))
             if window is not None:
                 # Remembered before the group commit: a retry that races this request finds the
                 # record and waits for the same group commit, instead of storing a copy.
@@ -378,11 +383,21 @@ class Broker:
         tag_filter: TagFilter | None,
         max_wait_ms: int,
         receive: Receive | None = None,
+        group: str | None = None,
     ) -> GetMessageResult:
         """Read from ``offset``; with nothing new and a wait allowed, hold until a matching message
-        arrives or the wait ends. Non-matching messages move the offset on while holding."""
+        arrives or the wait ends. Non-matching messages move the offset on while holding. What it
+        hands out is counted for ``group`` (None: a pull without a group)."""
         wait_s = min(max_wait_ms, self.settings.max_wait_ms) / 1000
-        read = await read_or_hold(
-            self.store, self.holds, topic, queue_id, offset, max_messages, tag_filter, wait_s, receive
-        )
+        metrics = self.metrics
+        long_poll = int(wait_s > 0)  # counted as held while it runs
+        metrics.long_polls_held += long_poll
+        try:
+            read = await read_or_hold(
+                self.store, self.holds, topic, queue_id, offset, max_messages, tag_filter, wait_s, receive
+            )
+        finally:
+            metrics.long_polls_held -= long_poll
+        if read.result.records:
+            metrics.count_consumed(topic, group, len(read.result.records))
         return read.result

@@ -80,8 +80,14 @@ class FlushDeadlineWatchdog(ServiceThread):
             _answer(request, False)
 
 
+# Told how long a flush took, in seconds, for every flush that brought bytes to disk.
+FlushListener = Callable[[float], None]
+
+
 class CommitLogFlusher:
     """Forces the CommitLog and records the store timestamp it reached in the checkpoint."""
+
+    on_flush: FlushListener | None = None  # set by the store (its ``on_flush``)
 
     def __init__(self, files: MappedFileQueue, checkpoint: Checkpoint) -> None:
         self.files = files
@@ -97,7 +103,10 @@ class CommitLogFlusher:
     def flush(self, least_pages: int = 0) -> None:
         before = self.files.find(self.files.flushed_where)
         timestamp = before.last_store_timestamp if before is not None else 0
+        flushed, started = self.files.flushed_where, time.perf_counter()
         self.files.flush(least_pages)
+        if self.on_flush is not None and self.files.flushed_where > flushed:
+            self.on_flush(time.perf_counter() - started)
         # A flush ends on a record boundary (or a segment's end): recovery may walk from there.
         self.checkpoint.commitlog_offset = max(self.checkpoint.commitlog_offset, self.files.flushed_where)
         if timestamp:

@@ -100,12 +100,14 @@ class Subscription:
         receiver = asyncio.ensure_future(self._receive_loop())
         self._side_tasks.add(self._spawn(self._watch_idle()))
         self._side_tasks.add(self._spawn(self._close_when_going_away()))
+        self.broker.metrics.websocket_subscribers += 1
         try:
             await asyncio.wait({receiver, self._failure}, return_when=asyncio.FIRST_COMPLETED)
             if self._failure.done():
                 self._failure.result()
             receiver.result()
         finally:
+            self.broker.metrics.websocket_subscribers -= 1
             self._closed = True
             if self._grouped:
                 assert params.group is not None
@@ -351,6 +353,7 @@ class Subscription:
                     result.next_offset if sent == len(result.records) else result.queue_offsets[sent]
                 )
                 self.credit -= sent
+                broker.metrics.count_consumed(topic, self.params.group, sent)
                 if self.max_unacked is not None:
                     cursor.delivered(offsets)
                     self.unacked += sent
@@ -392,6 +395,7 @@ class Subscription:
         message = record_to_json(result.records[0])
         message["reconsume_times"] += cursor.nacks.get(offset, 0)
         self.credit -= 1
+        self.broker.metrics.count_consumed(self.params.topic, self.params.group, 1)
         await self.sender.send(
             {
                 "type": "messages",
