@@ -132,7 +132,7 @@ async def pull(
             reads.append(QueueRead(topic, queue_id, offset, result))
             room -= len(result.records)
     if room < max_messages or not reads:
-        return group, reads
+        return group, _counted(broker, name, reads)
     wait_s = min(max_wait_ms, broker.settings.max_wait_ms) / 1000
     if wait_s <= 0:
         return group, reads
@@ -166,4 +166,12 @@ async def pull(
         held = await asyncio.gather(*(hold(read) for read in reads))
     finally:
         group.watchers.discard(wake)
-    return group, [read for read in held if read is not None]
+    return group, _counted(broker, name, [read for read in held if read is not None])
+
+
+def _counted(broker: Broker, group: str, reads: list[QueueRead]) -> list[QueueRead]:
+    """``reads``, once the messages they hand out are counted as consumed by ``group``."""
+    for read in reads:
+        if read.result.records:
+            broker.metrics.count_consumed(read.topic, group, len(read.result.records))
+    return reads

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.server import BrokerProcess
 
@@ -154,6 +155,23 @@ def test_a_member_pulls_only_its_queues_and_commits_fenced_by_generation(client:
         "/v1/groups/fence/offsets", json={"offsets": [{"topic": topic, "queue_id": 0, "offset": 1}]}
     )
     assert admin.status_code == 200
+
+
+def test_a_group_pull_counts_what_it_hands_out_as_consumed(client: httpx.Client) -> None:
+    topic = make_topic(client, 2)
+    heartbeat(client, "counted", "c", topic, consume_from="first")
+    for n in range(3):
+        produce_to(client, topic, n % 2, f"c{n}")
+    assert len(client.get("/v1/groups/counted/messages", params={"client_id": "c"}).json()["messages"]) == 3
+    families = text_string_to_metric_families(client.get("/metrics").text)
+    consumed = {
+        (sample.labels["topic"], sample.labels["group"]): sample.value
+        for family in families
+        if family.name == "wharf_messages_consumed"
+        for sample in family.samples
+        if sample.name == "wharf_messages_consumed_total"
+    }
+    assert consumed[(topic, "counted")] == 3
 
 
 def test_a_held_group_pull_wakes_for_its_own_queues_only(client: httpx.Client) -> None:
