@@ -27,7 +27,6 @@ flush took (the broker's metrics).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -66,19 +65,8 @@ from app.store.writer import ArrivalListener, MessageWriter
 
 log = logging.getLogger(__name__)
 
-# RocketMQ's accessMessageInMemoryMaxRatio: the share of physical memory that the newest CommitLog
-# bytes are assumed to occupy in the page cache (queryConsumerOffset's "still in memory" test).
-ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
-
 # Builds the CommitLog's flusher from its files and the checkpoint: tests pass a slow or stalled disk.
 FlusherFactory = Callable[[MappedFileQueue, Checkpoint], CommitLogFlusher]
-
-
-def _physical_memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
 
 
 class MessageStore:
@@ -161,7 +149,6 @@ class MessageStore:
         self.writer = MessageWriter(
             self.commitlog, self.queues, self.disk_guard, self.limits, self.services, dispatchers
         )
-        self.in_memory_bytes = _physical_memory_bytes() * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
         self.is_open = False
 
     @property
@@ -379,13 +366,8 @@ class MessageStore:
         return self.lookup.search_offset(self.queues.get(topic, queue_id), timestamp_ms)
 
     def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, queue_offset: int) -> bool:
-        """Whether the message at ``queue_offset`` is old enough to be out of the page cache: more
-        than 40 % of physical memory of CommitLog lies after it (RocketMQ's checkInDiskByConsumeOffset)."""
-        queue = self.queues.get(topic, queue_id)
-        entry = queue.entry(queue_offset) if queue is not None else None
-        if entry is None:
-            return False
-        return self.commitlog.max_offset - entry[0] > self.in_memory_bytes
+        """Whether the message at ``queue_offset`` is old enough to be out of the page cache."""
+        return self.reader.check_in_disk_by_consume_offset(topic, queue_id, queue_offset)
 
     # -- retention -------------------------------------------------------------------------------
 
@@ -422,19 +404,5 @@ class MessageStore:
         return self.reader.last_store_timestamp(topic, queue_id)
 
     def delete_topic(self, topic: str) -> int:
-        """Drop every ConsumeQueue of ``topic`` and every group's committed offsets on it; its
-        CommitLog records go with retention, dead from now on (:mod:`app.store.topic_deletions`).
-
-        Returns how many queues were removed. New messages to the topic start again at offset 0.
-        """
-        commitlog = self.commitlog
-        with commitlog.lock:
-            # On disk first: a crash from here on leaves the old records dead, whatever remains.
-            self.deletions.record(topic, commitlog.max_offset, commitlog.min_offset)
-            if self.consumer_offsets.remove_topic(topic):
-                self.consumer_offsets.persist()
-            doomed = self.queues.detach_topic(topic)
-            for queue in doomed:
-                commitlog.queue_offsets.pop((queue.topic, queue.queue_id), None)
-        self.queues.remove_files(topic, doomed)
-        return len(doomed)
+        """Drop the topic's queues and offsets (:meth:`QueueTable.delete_topic`); how many queues."""
+        return self.queues.delete_topic(topic, self.commitlog, self.deletions, self.consumer_offsets)

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from app.store.config import StoreConfig
 from app.store.consume_queue import UNIT, ConsumeQueue
@@ -19,6 +20,10 @@ from app.store.file_cache import SegmentCache, max_map_count, raise_nofile_limit
 from app.store.flush import DirtyQueues
 from app.store.mapped_file import MappedFile
 from app.store.topic_deletions import TopicDeletions
+
+if TYPE_CHECKING:
+    from app.store.commit_log import CommitLog
+    from app.store.consumer_offsets import ConsumerOffsetManager
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +140,25 @@ class QueueTable:
             queue.close()
 
     # -- removing --------------------------------------------------------------------------------
+
+    def delete_topic(
+        self, topic: str, commitlog: CommitLog, deletions: TopicDeletions, offsets: ConsumerOffsetManager
+    ) -> int:
+        """Drop every ConsumeQueue of ``topic`` and every group's committed offsets on it; its
+        CommitLog records go with retention, dead from now on (:mod:`app.store.topic_deletions`).
+
+        Returns how many queues were removed. New messages to the topic start again at offset 0.
+        """
+        with commitlog.lock:
+            # On disk first: a crash from here on leaves the old records dead, whatever remains.
+            deletions.record(topic, commitlog.max_offset, commitlog.min_offset)
+            if offsets.remove_topic(topic):
+                offsets.persist()
+            doomed = self.detach_topic(topic)
+            for queue in doomed:
+                commitlog.queue_offsets.pop((queue.topic, queue.queue_id), None)
+        self.remove_files(topic, doomed)
+        return len(doomed)
 
     def detach_topic(self, topic: str) -> list[ConsumeQueue]:
         """Take every queue of ``topic`` out of the table (call :meth:`remove_files` on them next)."""

@@ -8,6 +8,7 @@ behind by a crash in a damaged store. The skip is logged once per queue.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 from app.store.commit_log import CommitLog
@@ -30,6 +31,17 @@ from app.store.topic_deletions import TopicDeletions
 
 log = logging.getLogger(__name__)
 
+# RocketMQ's accessMessageInMemoryMaxRatio: the share of physical memory that the newest CommitLog
+# bytes are assumed to occupy in the page cache (queryConsumerOffset's "still in memory" test).
+ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
+
+
+def _physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
 
 class MessageReader:
     def __init__(
@@ -40,6 +52,16 @@ class MessageReader:
         self.queues = queues
         self.deletions = deletions
         self._stale_queues_logged: set[tuple[str, int]] = set()
+        self.in_memory_bytes = _physical_memory_bytes() * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether the message at ``queue_offset`` is old enough to be out of the page cache: more
+        than 40 % of physical memory of CommitLog lies after it (RocketMQ's checkInDiskByConsumeOffset)."""
+        queue = self.queues.get(topic, queue_id)
+        entry = queue.entry(queue_offset) if queue is not None else None
+        if entry is None:
+            return False
+        return self.commitlog.max_offset - entry[0] > self.in_memory_bytes
 
     def get_message(
         self,

@@ -255,12 +255,12 @@ def test_the_store_answers_whether_a_message_is_out_of_memory(make_store: StoreF
     store: MessageStore = make_store()
     store.append([message(body=b"x" * 1000) for _ in range(3)])
     assert not store.check_in_disk_by_consume_offset("orders", 0, 0)  # memory is far bigger
-    store.in_memory_bytes = 1500
+    store.reader.in_memory_bytes = 1500
     assert store.check_in_disk_by_consume_offset("orders", 0, 0)  # two records come after it
     assert not store.check_in_disk_by_consume_offset("orders", 0, 2)
     assert not store.check_in_disk_by_consume_offset("orders", 0, 3)  # no such message
     assert store.consumer_offsets.start_offset("billing", "orders", 0) == 3  # last offset
-    store.in_memory_bytes = 1 << 40
+    store.reader.in_memory_bytes = 1 << 40
     assert store.consumer_offsets.start_offset("billing", "orders", 0) == 0  # young queue: from 0
 
 
