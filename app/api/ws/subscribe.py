@@ -24,11 +24,11 @@ import asyncio
 import itertools
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, WebSocket
 
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
+from app.api.ws.frames import messages_frame
 from app.api.ws.going_away import websocket_sessions
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
@@ -347,7 +347,7 @@ class Subscription:
             if result.status is GetMessageStatus.FOUND:
                 # Everything from the read to the send happens without a pause, so two readers
                 # cannot both spend the same credit or the same byte room.
-                frame, sent = self._messages_frame(cursor, result.records)
+                frame, sent = messages_frame(topic, queue_id, result.records, self.sender.room_bytes())
                 offsets = result.queue_offsets[:sent]
                 cursor.offset = (
                     result.next_offset if sent == len(result.records) else result.queue_offsets[sent]
@@ -361,24 +361,6 @@ class Subscription:
             elif result.status not in _WAIT_STATUSES:
                 # Past non-matching messages, or back within the queue's range.
                 cursor.offset = result.next_offset
-
-    def _messages_frame(self, cursor: QueueCursor, records: list[memoryview]) -> tuple[bytes, int]:
-        """A ``messages`` frame of the first records that fit the byte room (at least one), and how
-        many it holds. The rest are read again later: they were not delivered."""
-        room = self.sender.room_bytes()
-        head = b'{"type":"messages","topic":%b,"queue_id":%d,"messages":[' % (
-            orjson.dumps(self.params.topic),
-            cursor.queue_id,
-        )
-        size = len(head) + 2
-        parts: list[bytes] = []
-        for record in records:
-            part = orjson.dumps(record_to_json(record))
-            if parts and size + len(part) + 1 > room:
-                break
-            parts.append(part)
-            size += len(part) + 1
-        return head + b",".join(parts) + b"]}", len(parts)
 
     async def _redeliver(self, cursor: QueueCursor) -> None:
         """Send a negatively acknowledged message again, counting the nacks in reconsume_times."""
