@@ -95,10 +95,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Before the first request: a retry after the restart must find its first message.
             restored = await asyncio.to_thread(broker.restore_idempotency)
             log.info("idempotency window: %d unique ids restored from the CommitLog", restored)
+            # Delayed messages: what fell due while the broker was down goes out first.
+            await asyncio.to_thread(broker.delays.start)
             app.state.broker = broker
             settle_garbage_collector()
             yield
         finally:
+            await asyncio.to_thread(broker.delays.stop)
             await holds.stop()
             app.state.broker = None
             await routing.stop()
