@@ -84,6 +84,7 @@ class ScheduleMessageService(ServiceThread):
             high = self.store.max_offset(SCHEDULE_TOPIC, queue_id)
             self.offsets[queue_id] = min(max(offset, low), high)
         self._persisted = list(self.offsets)
+        self._persisted_at_ms = self.now_ms()
 
     def run_once(self) -> None:
         self.interval_s = RETRY_WAIT_S  # kept if the pass fails

@@ -91,6 +91,7 @@ class TimerMessageService(ServiceThread):
         high = self.store.max_offset(TIMER_TOPIC, 0)
         self.enqueue_offset = min(max(checkpoint.enqueue_offset, low), high)
         self._persisted = checkpoint
+        self._persisted_at_ms = self.now_ms()
         return pending
 
     def close(self) -> None:

@@ -144,11 +144,14 @@ def test_a_clean_restart_delivers_nothing_twice(broker: Broker, store: MessageSt
     level = produce(broker, delay_level=1)
     timer = produce(broker, "order-8-timeout", delay_ms=30_000)
     clock = FakeClock()
-    clock.now_ms = max(level["deliver_at_ms"], timer["deliver_at_ms"])
+    due = max(level["deliver_at_ms"], timer["deliver_at_ms"])
     for make in (schedule_service, timer_service):
+        clock.now_ms = due - 20_000
         service = make(store, tmp_path, clock)
         service.run_once()
-        service.on_stop()  # saves the progress
+        clock.now_ms = due
+        service.run_once()  # delivered, within the persist interval: not saved yet
+        service.on_stop()  # saves it
 
     clock.now_ms += 60_000
     for make in (schedule_service, timer_service):
@@ -162,7 +165,7 @@ def test_a_crash_before_the_progress_is_saved_delivers_again(
     answer = produce(broker, delay_ms=30_000)
     clock = FakeClock()
     crashed = timer_service(store, tmp_path, clock)
-    crashed.run_once()  # enqueued; the first pass saves the progress
+    crashed.run_once()  # enqueued
     clock.now_ms = answer["deliver_at_ms"]
     crashed.run_once()  # delivered, within the persist interval: not saved
     timer_service(store, tmp_path, clock).run_once()
