@@ -27,9 +27,11 @@ PER_KIND = 10
 LATE_BOUND_MS = 5_000  # a generous test bound; the lateness under load is bench/delay.py's figure
 
 
-@pytest.fixture
-def process(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "store").start()
+@pytest.fixture(params=[100, 10_000], ids=["progress-saved", "progress-not-saved"])
+def process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """A broker that saves its delivery progress every 100 ms (so the kill finds it saved with
+    messages pending in the timer log), or every 10 s (the kill comes before the first save)."""
+    process = BrokerProcess(tmp_path / "store", delay_offset_persist_interval_ms=request.param).start()
     yield process
     process.stop()
 
