@@ -5,12 +5,14 @@ internal topics stay internal; a retried delayed produce is stored once."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
+from tests.api.server import BrokerProcess
 from tests.delay.consume import lateness_ms, now_ms, read_queue
 from tests.ws.wsclient import WsBroker
 
@@ -41,6 +43,7 @@ def max_offset(client: httpx.Client, topic: str, queue_id: int) -> int:
     return int(next(queue["max_offset"] for queue in queues if queue["queue_id"] == queue_id))
 
 
+@pytest.mark.slow
 def test_a_level_message_reaches_its_topic_when_due_and_whole(client: httpx.Client, topic: str) -> None:
     before = now_ms()
     (result,) = produce(
@@ -160,6 +163,20 @@ def test_a_delivery_time_past_the_maximum_delay_is_refused(client: httpx.Client,
     )
     assert answer.status_code == 400
     assert "a message may wait (WHARF_MAX_DELAY_MS)" in answer.json()["message"]
+
+
+@pytest.mark.slow
+def test_the_maximum_delay_is_a_setting(tmp_path: Path) -> None:
+    process = BrokerProcess(tmp_path / "store", max_delay_ms=60_000).start()
+    try:
+        with httpx.Client(base_url=process.url, timeout=30) as client:
+            fits = client.post("/v1/topics/short/messages", json={"body": "x", "delay_ms": 60_000})
+            too_far = client.post("/v1/topics/short/messages", json={"body": "x", "delay_ms": 60_001})
+    finally:
+        process.stop()
+    assert fits.status_code == 200, fits.text
+    assert too_far.status_code == 400
+    assert too_far.json()["message"] == "delay_ms must be 0 to 60000 (WHARF_MAX_DELAY_MS), not 60001"
 
 
 def test_bad_delays_in_the_raw_and_binary_formats_are_refused(client: httpx.Client, topic: str) -> None:
