@@ -120,8 +120,6 @@ class Redeliverer:
     def __init__(self, store: MessageStore, queue_count: Callable[[str], int]) -> None:
         self.store = store
         self.queue_count = queue_count
-        self.delivered = 0
-        self.dropped = 0
 
     def deliver(self, messages: Sequence[Message]) -> None:
         """Store ``messages``; StoreError (a full disk, a closed store) if none could be stored."""
@@ -132,7 +130,6 @@ class Redeliverer:
                 continue
             count = self.queue_count(message.topic)
             if count == 0:
-                self.dropped += 1
                 log.warning("delayed message for deleted topic %r dropped", message.topic)
                 continue
             message.queue_id %= count
@@ -146,11 +143,9 @@ class Redeliverer:
                 try:
                     self._put([message])
                 except MessageRejectedError as error:
-                    self.dropped += 1
                     log.error("delayed message for %r dropped: %s", message.topic, error)
 
     def _put(self, messages: list[Message]) -> None:
         results = self.store.put(messages)
         if results and results[0].status is PutStatus.FLUSH_DISK_TIMEOUT:
             log.warning("delivered %d delayed messages; the disk did not confirm them in time", len(results))
-        self.delivered += len(results)

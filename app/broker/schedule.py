@@ -38,6 +38,7 @@ from app.store.service import ServiceThread
 log = logging.getLogger(__name__)
 
 BATCH_MESSAGES = 256
+BATCHES_PER_LEVEL = 16  # per pass: then the other levels, the progress, and a look at the clock
 IDLE_WAIT_S = 1.0  # a produce wakes the service; this is the fallback
 RETRY_WAIT_S = 1.0  # after a failed pass (a full disk)
 NEVER = 1 << 62
@@ -102,7 +103,7 @@ class ScheduleMessageService(ServiceThread):
     def _deliver_level(self, level: int, now_ms: int) -> int:
         """Deliver what is due in the level's queue; returns when its next message is due."""
         queue_id = level - 1
-        while True:
+        for _ in range(BATCHES_PER_LEVEL):
             offset = self.offsets[queue_id]
             result = self.store.get_message(SCHEDULE_TOPIC, queue_id, offset, BATCH_MESSAGES)
             if result.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
@@ -126,6 +127,7 @@ class ScheduleMessageService(ServiceThread):
             self.offsets[queue_id] = next_offset
             if waiting != NEVER:
                 return waiting
+        return now_ms  # more is due: the next pass comes at once
 
     def _persist(self, now_ms: int, force: bool = False) -> None:
         if self.offsets == self._persisted:
