@@ -77,7 +77,7 @@ class ProduceResult(BaseModel):
     msg_id: str
     unique_id: str
     queue_id: int
-    queue_offset: int | None = Field(description="None for a delayed message until it is delivered.")
+    queue_offset: int | None = Field(description="null for a delayed message, until it is delivered.")
     status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"]
     deliver_at_ms: int | None = Field(None, description="A delayed message: when it is due (epoch ms).")
 
