@@ -274,7 +274,9 @@ def run_timer(plan: Plan, root: Path) -> list[Result]:
         print(
             f"  {count:,} pending; restarted in {statistics.median(starts):.2f} s; window opens", flush=True
         )
-        wait_for(lambda: stored(client) == count, plan.window_s + 300, "the deliveries")
+        wait_for(
+            lambda: stored(client) == count, (opens - now_ms()) / 1000 + plan.window_s + 300, "the deliveries"
+        )
         live.join(60)
         lateness, stored_at = lateness_of_all(client)
     finally:
