@@ -8,6 +8,10 @@ Binary produce batch, ``Content-Type: application/vnd.wharf.batch`` (all integer
                | sharding_key u16+utf8 | properties u32+bytes ("name\\x01value\\x02"...)
                | body u32+bytes
 
+A delay travels in the batch as a property a RocketMQ producer would set: ``DELAY`` (the level,
+1-18), ``TIMER_DELAY_MS`` or ``TIMER_DELIVER_MS`` (epoch ms). They become the message's
+``delay_level``, ``delay_ms`` and ``deliver_at_ms`` and are not stored as properties.
+
 Binary pull answer, ``Accept: application/vnd.wharf.records``: the stored CommitLog records,
 concatenated exactly as they are on disk (each starts with its 4-byte TOTALSIZE; layout in
 app/store/record.py), with the pull's status and offsets in ``X-Wharf-*`` headers. The broker
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,8 +31,14 @@ from typing import Any
 from app.store.record_format import (
     HEADER,
     POS_BODY,
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_KEY,
     decode_properties,
     message_id,
@@ -42,10 +53,29 @@ _MESSAGE_HEAD = struct.Struct(">iiq")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _SHORT = struct.Struct(">h")
+_INTEGER = re.compile(r"-?[0-9]+")
 
-# The properties the message view shows as fields of their own (tags, keys, unique_id): a producer
-# sets them through those fields, never as properties.
-RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
+# The properties the message view shows as fields of their own (tags, keys, unique_id), and those
+# of delayed delivery (app.broker.delay): a producer sets them through the fields, never as properties.
+RESERVED_PROPERTIES = frozenset(
+    {
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_TIMER_OUT_MS,
+    }
+)
+# The binary batch's delay properties, and the field each one sets.
+_DELAY_PROPERTIES = (
+    (PROPERTY_DELAY_TIME_LEVEL, "delay_level"),
+    (PROPERTY_TIMER_DELAY_MS, "delay_ms"),
+    (PROPERTY_TIMER_DELIVER_MS, "deliver_at_ms"),
+)
 
 
 class BatchFormatError(ValueError):
@@ -69,6 +99,9 @@ class IncomingMessage:
     unique_id: str | None = None
     flag: int = 0
     born_timestamp: int = 0
+    delay_level: int | None = None
+    delay_ms: int | None = None
+    deliver_at_ms: int | None = None
 
 
 def decode_body(body: str, encoding: str) -> bytes:
@@ -149,7 +182,7 @@ def parse_batch(data: bytes) -> list[IncomingMessage]:
         raise BatchFormatError(f"batch must start with {BATCH_MAGIC!r}, got {bytes(magic)!r}")
     head, u16, u32 = _MESSAGE_HEAD.unpack_from, _U16.unpack_from, _U32.unpack_from
     position = _BATCH_HEAD.size
-    messages = []
+    messages: list[IncomingMessage] = []
     try:
         for _ in range(count):
             queue_id, flag, born_timestamp = head(view, position)
@@ -172,19 +205,20 @@ def parse_batch(data: bytes) -> list[IncomingMessage]:
             if position > size:
                 raise struct.error("truncated")
             tags, keys, unique_id, sharding_key = texts
-            messages.append(
-                IncomingMessage(
-                    body,
-                    tags,
-                    keys.split() if keys else [],
-                    decode_properties(raw_properties) if properties_length else {},
-                    None if queue_id < 0 else queue_id,
-                    sharding_key or None,
-                    unique_id or None,
-                    flag,
-                    born_timestamp,
-                )
+            message = IncomingMessage(
+                body,
+                tags,
+                keys.split() if keys else [],
+                decode_properties(raw_properties) if properties_length else {},
+                None if queue_id < 0 else queue_id,
+                sharding_key or None,
+                unique_id or None,
+                flag,
+                born_timestamp,
             )
+            if properties_length:
+                _take_delay(message, len(messages))
+            messages.append(message)
     except struct.error:
         raise BatchFormatError(f"batch ends inside message {len(messages)}") from None
     except UnicodeDecodeError:
@@ -194,13 +228,31 @@ def parse_batch(data: bytes) -> list[IncomingMessage]:
     return messages
 
 
+def _take_delay(message: IncomingMessage, index: int) -> None:
+    """Move the batch's delay properties into the message's delay fields."""
+    properties = message.properties
+    for name, field_name in _DELAY_PROPERTIES:
+        value = properties.pop(name, None)
+        if value is not None:
+            if not _INTEGER.fullmatch(value):
+                raise BatchFormatError(f"message {index}: property {name} must be an integer, not {value!r}")
+            setattr(message, field_name, int(value))
+
+
 def encode_batch(messages: Iterable[IncomingMessage]) -> bytes:
     """The binary produce batch for ``messages`` (the format clients send)."""
     parts = []
     count = 0
     for message in messages:
         count += 1
-        properties = "".join(f"{name}\x01{value}\x02" for name, value in message.properties.items()).encode()
+        delays = {
+            name: str(value)
+            for name, field_name in _DELAY_PROPERTIES
+            if (value := getattr(message, field_name)) is not None
+        }
+        properties = "".join(
+            f"{name}\x01{value}\x02" for name, value in {**message.properties, **delays}.items()
+        ).encode()
         parts.append(
             _MESSAGE_HEAD.pack(
                 -1 if message.queue_id is None else message.queue_id, message.flag, message.born_timestamp

@@ -111,6 +111,14 @@ class Settings(BaseSettings):
     auto_create_topics: bool = True
     default_topic_queue_nums: int = Field(4, ge=1, le=1024)
 
+    # Delayed delivery (README "Delayed delivery"): the furthest a delay_ms or deliver_at_ms may
+    # reach (3 days), how often the delivery progress is saved (delayOffset.json, the timer's
+    # checkpoint), and how long a timer message waits before it is stored again - less than the
+    # CommitLog's retention (file_reserved_time_h), so that retention never takes a pending message.
+    max_delay_ms: int = Field(3 * 86_400_000, ge=1)
+    delay_offset_persist_interval_ms: int = Field(10_000, ge=0)
+    timer_roll_window_ms: int = Field(86_400_000, ge=1_000)
+
     # HTTP API and long polling (SPEC 4).
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     pull_default_messages: int = Field(32, ge=1)

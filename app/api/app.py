@@ -100,10 +100,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restored = await asyncio.to_thread(broker.restore_idempotency)
             log.info("idempotency window: %d unique ids restored from the CommitLog", restored)
             app.state.ws_sessions = WebSocketSessions()
+            # Delayed messages: what fell due while the broker was down goes out first.
+            await asyncio.to_thread(broker.delays.start)
             app.state.broker = broker
             settle_garbage_collector()
             yield
         finally:
+            await asyncio.to_thread(broker.delays.stop)
             await holds.stop()
             app.state.broker = None
             try:

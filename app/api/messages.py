@@ -68,7 +68,8 @@ _PRODUCE_BODY = {
                     "type": "string",
                     "format": "binary",
                     "description": "Wharf's binary batch (see the README): 'WHB1', count, then per message "
-                    "queue_id, flag, born_timestamp, tags, keys, unique_id, sharding_key, properties, body.",
+                    "queue_id, flag, born_timestamp, tags, keys, unique_id, sharding_key, properties, body. "
+                    "A delay is a property: DELAY (level), TIMER_DELAY_MS or TIMER_DELIVER_MS.",
                 }
             },
         },
@@ -112,6 +113,9 @@ def incoming_from_model(item: MessageIn) -> IncomingMessage:
         queue_id=item.queue_id,
         sharding_key=item.sharding_key,
         unique_id=item.unique_id,
+        delay_level=item.delay_level,
+        delay_ms=item.delay_ms,
+        deliver_at_ms=item.deliver_at_ms,
     )
 
 
@@ -175,20 +179,29 @@ def _query_text(query: QueryParams, name: str, max_length: int) -> str | None:
     return value
 
 
+def _query_int(query: QueryParams, name: str) -> int | None:
+    value = query.get(name)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise ApiError(ErrorCode.VALIDATION_FAILED, f"query.{name}: must be an integer, 0 or more")
+    return int(value)
+
+
 def _raw_body_message(raw: bytes, query: QueryParams) -> IncomingMessage:
     """A raw body is one message; its fields come from the query string."""
-    queue_id = query.get("queue_id")
-    if queue_id is not None and not (queue_id.isascii() and queue_id.isdigit()):
-        raise ApiError(ErrorCode.VALIDATION_FAILED, "query.queue_id: must be an integer, 0 or more")
     keys = _query_text(query, "keys", 4096)
     return IncomingMessage(
         body=raw,
         tags=_query_text(query, "tags", 1024) or "",
         keys=keys.split() if keys else [],
         properties=_parse_properties(query.getlist("property")),
-        queue_id=int(queue_id) if queue_id is not None else None,
+        queue_id=_query_int(query, "queue_id"),
         sharding_key=_query_text(query, "sharding_key", 1024),
         unique_id=_query_text(query, "unique_id", 128),
+        delay_level=_query_int(query, "delay_level"),
+        delay_ms=_query_int(query, "delay_ms"),
+        deliver_at_ms=_query_int(query, "deliver_at_ms"),
     )
 
 
@@ -217,6 +230,17 @@ _PRODUCE_PARAMETERS = {
             "property",
             "Raw body only: name:value, repeatable",
             {"type": "array", "items": {"type": "string"}},
+        ),
+        _raw_parameter(
+            "delay_level",
+            "Raw body only: deliver after level 1-18's delay (1s ... 2h)",
+            {"type": "integer", "minimum": 1, "maximum": 18},
+        ),
+        _raw_parameter(
+            "delay_ms", "Raw body only: deliver this many ms from now", {"type": "integer", "minimum": 0}
+        ),
+        _raw_parameter(
+            "deliver_at_ms", "Raw body only: deliver at this epoch ms", {"type": "integer", "minimum": 0}
         ),
     ]
 }

@@ -31,10 +31,32 @@ class MessageIn(_Strict):
         max_length=128,
         description="Producer id; a repeat within the idempotency window is not stored again.",
     )
+    # Ranges are checked by the broker (a 400 naming the limit), so they are documented, not enforced.
+    delay_level: int | None = Field(
+        None,
+        description="Deliver after a fixed delay, level 1-18: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m "
+        "10m 20m 30m 1h 2h. At most one of delay_level, delay_ms, deliver_at_ms.",
+        json_schema_extra={"minimum": 1, "maximum": 18},
+    )
+    delay_ms: int | None = Field(
+        None,
+        description="Deliver this many milliseconds from now, at most WHARF_MAX_DELAY_MS (3 days).",
+        json_schema_extra={"minimum": 0},
+    )
+    deliver_at_ms: int | None = Field(
+        None,
+        description="Deliver at this time (epoch ms), at most WHARF_MAX_DELAY_MS ahead; a past time is now.",
+        json_schema_extra={"minimum": 0},
+    )
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"body": "hello", "tags": "TagA", "keys": ["order-1"]}]},
+        json_schema_extra={
+            "examples": [
+                {"body": "hello", "tags": "TagA", "keys": ["order-1"]},
+                {"body": "close order-1 if unpaid", "delay_level": 16},
+            ]
+        },
     )
 
 
@@ -55,8 +77,9 @@ class ProduceResult(BaseModel):
     msg_id: str
     unique_id: str
     queue_id: int
-    queue_offset: int
+    queue_offset: int | None = Field(description="null for a delayed message, until it is delivered.")
     status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"]
+    deliver_at_ms: int | None = Field(None, description="A delayed message: when it is due (epoch ms).")
 
 
 class ProduceResponse(BaseModel):

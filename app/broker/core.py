@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from app.broker.delay import DelayedDelivery, is_delayed
 from app.broker.errors import (
     BadRequestError,
     InvalidOffsetError,
@@ -104,6 +105,9 @@ class Broker:
         self.groups = ConsumerGroups(self.read_queue_count, settings.consumer_expiry_s)
         self.group_configs = GroupConfigs(
             store.config.config_dir, GroupConfig(max_reconsume_times=settings.max_reconsume_times)
+        )
+        self.delays = DelayedDelivery(
+            settings, store, lambda name: config.queue_nums if (config := topics.get(name)) else 0
         )
 
     # -- topics ----------------------------------------------------------------------------------
@@ -198,7 +202,8 @@ class Broker:
             reserved = RESERVED_PROPERTIES.intersection(properties)
             if reserved:
                 raise InvalidPropertyError(
-                    f"properties {sorted(reserved)} are reserved: use the tags, keys and unique_id fields"
+                    f"properties {sorted(reserved)} are reserved: use the fields tags, keys, unique_id, "
+                    "delay_level, delay_ms and deliver_at_ms"
                 )
             properties = dict(properties)
         else:
@@ -228,7 +233,8 @@ class Broker:
         answers: list[Answer] = []
         fresh: list[tuple[int, str, str | None]] = []  # (answer index, unique id, as supplied)
         first_in_batch: dict[str, int] = {}  # supplied unique id -> answer index of its first copy
-        messages = []
+        messages: list[Message] = []
+        delayed: set[int] = set()  # indexes in messages of those moved to wait for their time
         for incoming in batch:
             supplied = incoming.unique_id
             if supplied is not None and window is not None:
@@ -243,12 +249,18 @@ class Broker:
             message = self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
             if supplied is not None:
                 message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
+            if is_delayed(incoming) and self.delays.schedule_message(
+                message, incoming, int(time.time() * 1000)
+            ):
+                delayed.add(len(messages))
             messages.append(message)
             fresh.append((len(answers), unique_id, supplied))
             answers.append({})
         if messages:
             appended = self.store.append(messages)
             self.metrics.count_produced(topic, len(messages), sum(len(message.body) for message in messages))
+            if delayed:
+                self.delays.wakeup()
             if window is not None:
                 # Remembered before the group commit: a retry that races this request finds the
                 # record and waits for the same group commit, instead of storing a copy.
@@ -259,14 +271,17 @@ class Broker:
             if self.store.group_commit is not None:
                 durable = await asyncio.wrap_future(self.store.durable(appended))
             status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
-            for (index, unique_id, _), result in zip(fresh, appended, strict=True):
-                answers[index] = {
+            for position, ((index, unique_id, _), result) in enumerate(zip(fresh, appended, strict=True)):
+                made: dict[str, Any] = {
                     "msg_id": result.msg_id,
                     "unique_id": unique_id,
                     "queue_id": result.queue_id,
                     "queue_offset": result.queue_offset,
                     "status": status,
                 }
+                if position in delayed:
+                    made.update(self.delays.answer(messages[position], result))
+                answers[index] = made
         results: list[dict[str, Any]] = []
         for answer in answers:
             if isinstance(answer, int):  # a repeat within this batch
@@ -284,7 +299,8 @@ class Broker:
         physical_offset = window.find((topic, unique_id))
         if physical_offset is None:
             return None
-        return self.store.query_message_by_unique_id_at(topic, unique_id, physical_offset)
+        first = self.store.query_message_by_unique_id_at(topic, unique_id, physical_offset)
+        return first or self.delays.scheduled_first(topic, unique_id, physical_offset)
 
     async def _answer_from_log(self, topic: str, first: StoredMessage) -> dict[str, Any]:
         """The answer for a repeat: the first message, SEND_OK once it is as durable as the flush
@@ -302,13 +318,16 @@ class Broker:
                 first.store_host,
             )
             durable = await asyncio.wrap_future(self.store.durable([result]))
-        return {
+        answer = {
             "msg_id": first.msg_id,
             "unique_id": first.unique_id,
             "queue_id": first.queue_id,
             "queue_offset": first.queue_offset,
             "status": "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT",
         }
+        if first.topic != topic:  # a scheduled message, waiting in an internal topic
+            answer.update(self.delays.answer_from_log(first))
+        return answer
 
     def restore_idempotency(self) -> int:
         """Rebuild the idempotency window from the messages stored within it whose unique id the
@@ -320,7 +339,11 @@ class Broker:
         now_ms = time.time() * 1000
         since_ms = int(now_ms - window.window_s * 1000)
         return window.restore(
-            ((record.topic, record.uniq_key), offset, (now_ms - record.store_timestamp) / 1000)
+            (
+                (self.delays.idempotency_topic(offset, record.topic), record.uniq_key),
+                offset,
+                (now_ms - record.store_timestamp) / 1000,
+            )
             for offset, record in self.store.records_since(since_ms)
             if record.sysflag & SYSFLAG_PRODUCER_UNIQ_KEY
         )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from app.broker.delay_message import INTERNAL_TOPICS
 from app.routing.topic_config import TopicConfig, TopicConfigManager
+from app.store.errors import InvalidTopicError
 
 Outcome = tuple[TopicConfig, bool]
 
@@ -27,7 +29,10 @@ class TopicCreator:
 
     async def create(self, configs: list[TopicConfig]) -> list[Outcome]:
         """Create those of ``configs`` not there yet; returns once they are in the topic log and
-        published to the route registry."""
+        published to the route registry. The delayed messages' internal topics are refused."""
+        for config in configs:
+            if config.name in INTERNAL_TOPICS:
+                raise InvalidTopicError(f"topic name {config.name!r} is reserved for delayed messages")
         future: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
         self._queue.append((configs, future))
         if self._task is None or self._task.done():

@@ -83,6 +83,15 @@ SYSFLAG_PRODUCER_UNIQ_KEY = 0x10000
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+# Delayed delivery: what a producer may set in a binary batch (a level, a delay, a time) ...
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# ... and what the broker writes: where a scheduled message goes, and when it is due (kept on the
+# delivered message as its original delivery time).
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
