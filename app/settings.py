@@ -112,6 +112,10 @@ class Settings(BaseSettings):
     idempotency_window_s: int = Field(300, ge=0)
     idempotency_max_entries: int = Field(1_000_000, ge=0)
 
+    # Pop consumption (README "Pop consumption"): a message handed out again this many times and
+    # still not consumed goes to the group's dead-letter topic (RocketMQ's maxReconsumeTimes).
+    max_reconsume_times: int = Field(16, ge=0)
+
     # WebSocket subscriptions and produce (README "WebSocket").
     ws_max_credit: int = Field(10_000, ge=1)
     ws_batch_messages: int = Field(32, ge=1)
