@@ -31,11 +31,13 @@ from tests.pop.popping import (
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    # The periodic hold check runs once a minute: only an arrival, a deadline or a nack wakes a pop.
+    # The periodic hold check runs once a minute and a pop may wait two: only an arrival, a
+    # deadline or a nack wakes a held pop within a test.
     process = BrokerProcess(
         tmp_path_factory.mktemp("pop") / "store",
         max_reconsume_times=MAX_RECONSUME_TIMES,
         hold_check_interval_ms=60_000,
+        max_wait_ms=120_000,
     ).start()
     yield process
     process.stop()
@@ -43,7 +45,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 @pytest.fixture
 def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=90.0) as http:
+    with httpx.Client(base_url=broker.url, timeout=150.0) as http:
         yield http
 
 
@@ -179,8 +181,12 @@ def test_concurrent_poppers_never_get_the_same_message(client: httpx.Client, bro
 
     def popper() -> list[dict[str, Any]]:
         got: list[dict[str, Any]] = []
-        with httpx.Client(base_url=broker.url, timeout=90.0) as own:
-            while batch := pop(own, "crowd", topic, max_messages=7):
+        with httpx.Client(base_url=broker.url, timeout=150.0) as own:
+            # Bounded: a broker handing out messages again would otherwise keep them going.
+            for _ in range(len(produced)):
+                batch = pop(own, "crowd", topic, max_messages=7)
+                if not batch:
+                    break
                 got.extend(batch)
         return got
 
@@ -198,14 +204,14 @@ def test_a_held_pop_is_answered_by_a_produce(client: httpx.Client, broker: Broke
     answers: list[list[dict[str, Any]]] = []
 
     def held() -> None:
-        with httpx.Client(base_url=broker.url, timeout=90.0) as own:
-            answers.append(pop(own, "waiters", topic, max_wait_ms=60_000))
+        with httpx.Client(base_url=broker.url, timeout=150.0) as own:
+            answers.append(pop(own, "waiters", topic, max_wait_ms=100_000))
 
     thread = threading.Thread(target=held)
     thread.start()
     wait_for(lambda: client.get("/v1/stats").json()["held_pulls"] >= 4)
     produce(client, topic, "wake up")
-    thread.join(30)  # a pop not woken would be answered after 60 s
+    thread.join(30)  # a pop not woken would be answered after 100 s
     assert not thread.is_alive()
     assert [bodies(answer) for answer in answers] == [["wake up"]]
 
@@ -217,8 +223,8 @@ def test_a_held_pop_is_answered_by_a_nack(client: httpx.Client, broker: BrokerPr
     answers: list[list[dict[str, Any]]] = []
 
     def held() -> None:
-        with httpx.Client(base_url=broker.url, timeout=90.0) as own:
-            answers.append(pop(own, "givers", topic, max_wait_ms=60_000))
+        with httpx.Client(base_url=broker.url, timeout=150.0) as own:
+            answers.append(pop(own, "givers", topic, max_wait_ms=100_000))
 
     thread = threading.Thread(target=held)
     thread.start()
