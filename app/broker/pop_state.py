@@ -65,10 +65,13 @@ class InFlight(NamedTuple):
 class PopQueue:
     """The in-flight table of one queue, kept in offset order, with a heap of deadlines."""
 
-    __slots__ = ("popped_until", "inflight", "_expiry")
+    __slots__ = ("popped_until", "inflight", "committed", "_expiry")
 
     def __init__(self, popped_until: int) -> None:
         self.popped_until = popped_until
+        # The group offset last committed for this queue from this state (not journaled): another
+        # value in the offset table means someone else moved it.
+        self.committed = -1
         # Insertion order is offset order: new offsets come at popped_until, which only grows
         # (POSITION clears the table), and a hand-out again keeps an entry's place.
         self.inflight: dict[int, InFlight] = {}

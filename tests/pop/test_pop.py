@@ -79,6 +79,26 @@ def test_the_group_offset_stops_at_the_first_message_in_flight(client: httpx.Cli
     assert committed(client, "prefix", topic) == {0: 3}
 
 
+def test_pops_follow_the_group_offset_when_someone_else_moves_it(client: httpx.Client) -> None:
+    topic = make_topic(client, queues=1)
+    produce(client, topic, "a", "b", "c", "d")
+    first, second, third = pop(client, "moved", topic, max_messages=3)
+
+    def commit(offset: int) -> None:
+        body = {"offsets": [{"topic": topic, "queue_id": 0, "offset": offset}]}
+        assert client.put("/v1/groups/moved/offsets", json=body).status_code == 200
+
+    commit(2)  # an operator skips the first two
+    assert settle(client, "ack", "moved", topic, handles([first, second, third])) == [
+        "expired",
+        "expired",
+        "ok",
+    ]
+    assert bodies(pop(client, "moved", topic)) == ["d"]
+    commit(1)  # and then resets the group to read from the second again
+    assert bodies(pop(client, "moved", topic)) == ["b", "c", "d"]
+
+
 def test_an_unacked_message_comes_back_after_its_invisible_time_one_reconsume_higher(
     client: httpx.Client,
 ) -> None:
