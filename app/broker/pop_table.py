@@ -1,15 +1,16 @@
 """The pop table: every (group, topic, queue)'s pop state, kept in step with the group's committed
 offset and with the journal.
 
-Every change goes through :meth:`PopTable.change`: applied at once in memory, the queue's
-``done`` committed as the group's offset when it moved. Before the caller awaits anything it hands
-the changes to :meth:`PopTable.record`, which appends them to the journal; the returned future
-resolves once they are written. So the consumer offset table always agrees with the pop state,
-and a snapshot taken for compaction holds exactly what the appends before it lead to.
+Every change goes through :meth:`PopTable.change` (applied at once, in memory) and then, before
+the caller awaits anything, :meth:`PopTable.record`, which commits the changed queues' ``done``
+as the group's offset and appends the records to the journal; the returned future resolves once
+they are written. So at every await the consumer offset table agrees with the pop state, and a
+snapshot taken for compaction holds exactly what the appends before it lead to.
 
 Someone else may move the group's offset (a commit over the offsets API, a reset, a deleted
-offset table): the next time a queue is looked at, its state follows - SKIP when the offset moved
-on, POSITION when it moved back or went away. At start, the journal is authoritative over the
+offset table): when a queue is next looked at, the group's offset is not the one this table last
+committed, and the state follows - SKIP when the offset moved on, POSITION when it moved back or
+went away. At start, the journal is authoritative over the
 offset table, which is persisted only every few seconds: a ``done`` ahead of the committed offset
 is committed again.
 """
@@ -61,6 +62,7 @@ class PopTable:
                 queue.skip(committed)
             elif committed < queue.done:
                 offsets.commit(group, topic, queue_id, queue.done)
+            queue.committed = queue.done
         data = encode_records(snapshot(self.queues))
         self.journal.open(data)
         self._snapshot_bytes = len(data)
@@ -70,19 +72,25 @@ class PopTable:
     def queue(self, key: QueueKey, start: str, changes: list[PopRecord]) -> PopQueue:
         """The queue's state, made at the group's offset (or where ``start`` says, when the group
         has none) if it is new, and following the group's offset if someone else moved it."""
-        group, topic, queue_id = key
-        committed = self.broker.store.consumer_offsets.committed(group, topic, queue_id)
+        offsets = self.broker.store.consumer_offsets
+        committed = offsets.committed(*key)
         queue = self.queues.get(key)
+        if queue is not None and committed == queue.committed >= 0:
+            return queue
+        group, topic, queue_id = key
         if committed < 0:
             policy, timestamp_ms = parse_start(start)
             offset = self.broker.group_offset(group, topic, queue_id, policy, timestamp_ms)
             self.change(changes, PopRecord(RecordKind.POSITION, group, topic, queue_id, offset))
-        elif queue is None:
+        elif queue is None or committed < queue.done:
             self.change(changes, PopRecord(RecordKind.POSITION, group, topic, queue_id, committed))
-        elif committed != queue.done:
-            kind = RecordKind.SKIP if committed > queue.done else RecordKind.POSITION
-            self.change(changes, PopRecord(kind, group, topic, queue_id, committed))
-        return self.queues[key]
+        elif committed > queue.done:
+            self.change(changes, PopRecord(RecordKind.SKIP, group, topic, queue_id, committed))
+        queue = self.queues[key]
+        queue.committed = queue.done
+        if committed != queue.done:
+            offsets.commit(*key, queue.done)
+        return queue
 
     def existing(self, key: QueueKey, changes: list[PopRecord]) -> PopQueue | None:
         """As :meth:`queue`, but None for a queue this group never popped."""
@@ -93,14 +101,9 @@ class PopTable:
     # -- changing --------------------------------------------------------------------------------
 
     def change(self, changes: list[PopRecord], record: PopRecord) -> None:
-        """Apply ``record`` and commit the queue's ``done`` as the group's offset if it moved;
-        the caller passes ``changes`` to :meth:`record` before it awaits anything."""
+        """Apply ``record``; the caller passes ``changes`` to :meth:`record` before it awaits."""
         apply(self.queues, record)
         changes.append(record)
-        queue = self.queues.get(record.key)
-        offsets = self.broker.store.consumer_offsets
-        if queue is not None and offsets.committed(*record.key) != queue.done:
-            offsets.commit(*record.key, queue.done)
 
     def hand_out(
         self, changes: list[PopRecord], key: QueueKey, offset: int, deadline_ms: int, reconsume_times: int
@@ -119,9 +122,16 @@ class PopTable:
         self.change(changes, PopRecord(RecordKind.ACK, group, topic, queue_id, offset))
 
     def record(self, changes: list[PopRecord]) -> Future[None] | None:
-        """Journal ``changes``; the future resolves once they are written. None when there are none."""
+        """Commit the changed queues' ``done`` as the group's offsets and journal ``changes``; the
+        future resolves once they are written. None when there are none."""
         if not changes:
             return None
+        offsets = self.broker.store.consumer_offsets
+        for key in {record.key for record in changes}:
+            queue = self.queues.get(key)
+            if queue is not None and queue.done != queue.committed:
+                offsets.commit(*key, queue.done)
+                queue.committed = queue.done
         data = encode_records(changes)
         written = self.journal.append(data)
         self._log_bytes += len(data)
