@@ -32,8 +32,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from app.broker.pop_state import PopRecord, RecordKind
-from app.store.atomic_file import fsync_directory, write_atomically
-from app.store.errors import NO_SPACE, DiskFullError
+from app.store.atomic_file import append_whole, fsync_directory, write_atomically
 from app.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -235,20 +234,8 @@ class PopJournal(ServiceThread):
             future.set_result(None)
 
     def _append(self, data: bytes) -> None:
-        fd = self._fd
-        assert fd is not None, "the pop journal is not open"
-        size = os.fstat(fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.sync:
-                os.fsync(fd)
-        except OSError as error:
-            os.ftruncate(fd, size)
-            if error.errno in NO_SPACE:
-                raise DiskFullError(f"no room on the disk to append to {self.log_path}") from error
-            raise
+        assert self._fd is not None, "the pop journal is not open"
+        append_whole(self._fd, data, self.log_path, force=self.sync)
         self._unforced = not self.sync
 
     def _force(self) -> None:

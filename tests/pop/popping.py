@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
 MAX_RECONSUME_TIMES = 2
 LONG_MS = 60_000  # an invisible time no test outlives
 
-T = TypeVar("T")
 _names = itertools.count()
 
 
@@ -72,14 +70,3 @@ def committed(client: httpx.Client, group: str, topic: str) -> dict[int, int | N
 def max_offsets(client: httpx.Client, topic: str) -> dict[int, int]:
     queues = client.get(f"/v1/topics/{topic}/queues").json()["queues"]
     return {queue["queue_id"]: queue["max_offset"] for queue in queues}
-
-
-def wait_for(condition: Callable[[], T | None], timeout_s: float = 20.0) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 from app.api.errors import ErrorCode
 from tests.api.server import BrokerProcess
 from tests.api.test_errors import assert_error
+from tests.api.test_group_members import wait_for
 from tests.pop.popping import (
     LONG_MS,
     MAX_RECONSUME_TIMES,
@@ -25,7 +26,6 @@ from tests.pop.popping import (
     pop,
     produce,
     settle,
-    wait_for,
 )
 
 
@@ -41,12 +41,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     ).start()
     yield process
     process.stop()
-
-
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=150.0) as http:
-        yield http
 
 
 def bodies(messages: list[dict[str, Any]]) -> list[str]:
@@ -106,7 +100,7 @@ def test_an_unacked_message_comes_back_after_its_invisible_time_one_reconsume_hi
     (unique_id,) = produce(client, topic, "again")
     (first,) = pop(client, "slow", topic, invisible_ms=300)
     # Held until the message becomes visible again: it comes back, not before its time.
-    (second,) = pop(client, "slow", topic, max_wait_ms=30_000)
+    (second,) = pop(client, "slow", topic, max_wait_ms=20_000)
     assert time.time() * 1000 >= first["invisible_until_ms"]
     assert (second["unique_id"], second["reconsume_times"]) == (unique_id, 1)
     assert settle(client, "ack", "slow", topic, [first["receipt_handle"]]) == ["expired"]
@@ -165,7 +159,7 @@ def test_nack_with_a_delay_makes_the_message_visible_after_it(client: httpx.Clie
     (first,) = pop(client, "delayers", topic)
     nacked_at_ms = time.time() * 1000
     assert settle(client, "nack", "delayers", topic, handles([first]), delay_ms=1_500) == ["ok"]
-    (again,) = pop(client, "delayers", topic, max_wait_ms=30_000)
+    (again,) = pop(client, "delayers", topic, max_wait_ms=20_000)
     assert time.time() * 1000 >= nacked_at_ms + 1_500
     assert (again["unique_id"], again["reconsume_times"]) == (unique_id, 1)
 
@@ -190,7 +184,7 @@ def test_a_change_of_invisibility_answers_a_new_handle_and_expires_the_old(clien
     )
     assert settle(client, "ack", "changers", topic, [old]) == ["expired"]
     # 300 ms from the change, not a minute from the pop: it comes back within the wait.
-    (again,) = pop(client, "changers", topic, max_wait_ms=30_000)
+    (again,) = pop(client, "changers", topic, max_wait_ms=20_000)
     assert (again["unique_id"], again["reconsume_times"]) == (unique_id, 1)
     assert settle(client, "ack", "changers", topic, [new]) == ["expired"]
 
@@ -218,41 +212,43 @@ def test_concurrent_poppers_never_get_the_same_message(client: httpx.Client, bro
     assert sum(1 for share in shares if share) > 1  # they really raced
 
 
-def test_a_held_pop_is_answered_by_a_produce(client: httpx.Client, broker: BrokerProcess) -> None:
-    topic = make_topic(client)
-    assert pop(client, "waiters", topic) == []  # the group starts at the end of every queue
+def held_pop(broker: BrokerProcess, client: httpx.Client, group: str, topic: str) -> Callable[[], list[Any]]:
+    """Start a pop that may wait 100 s; once it is held, a function that waits up to 30 s for its
+    answer (a pop not woken would be answered after 100 s) and returns it."""
     answers: list[list[dict[str, Any]]] = []
 
     def held() -> None:
         with httpx.Client(base_url=broker.url, timeout=150.0) as own:
-            answers.append(pop(own, "waiters", topic, max_wait_ms=100_000))
+            answers.append(pop(own, group, topic, max_wait_ms=100_000))
 
     thread = threading.Thread(target=held)
     thread.start()
-    wait_for(lambda: client.get("/v1/stats").json()["held_pulls"] >= 4)
+    wait_for(lambda: client.get("/v1/stats").json()["held_pulls"] >= 4)  # one hold per queue
+
+    def answer() -> list[Any]:
+        thread.join(30)
+        assert not thread.is_alive(), "the held pop was not woken"
+        (messages,) = answers
+        return messages
+
+    return answer
+
+
+def test_a_held_pop_is_answered_by_a_produce(client: httpx.Client, broker: BrokerProcess) -> None:
+    topic = make_topic(client)
+    assert pop(client, "waiters", topic) == []  # the group starts at the end of every queue
+    answer = held_pop(broker, client, "waiters", topic)
     produce(client, topic, "wake up")
-    thread.join(30)  # a pop not woken would be answered after 100 s
-    assert not thread.is_alive()
-    assert [bodies(answer) for answer in answers] == [["wake up"]]
+    assert bodies(answer()) == ["wake up"]
 
 
 def test_a_held_pop_is_answered_by_a_nack(client: httpx.Client, broker: BrokerProcess) -> None:
     topic = make_topic(client)
     produce(client, topic, "given back")
-    (message,) = pop(client, "givers", topic)
-    answers: list[list[dict[str, Any]]] = []
-
-    def held() -> None:
-        with httpx.Client(base_url=broker.url, timeout=150.0) as own:
-            answers.append(pop(own, "givers", topic, max_wait_ms=100_000))
-
-    thread = threading.Thread(target=held)
-    thread.start()
-    wait_for(lambda: client.get("/v1/stats").json()["held_pulls"] >= 4)
+    (message,) = pop(client, "givers", topic)  # invisible for a minute
+    answer = held_pop(broker, client, "givers", topic)
     assert settle(client, "nack", "givers", topic, handles([message])) == ["ok"]
-    thread.join(30)  # a pop not woken would wait for the message's minute
-    assert not thread.is_alive()
-    ((again,),) = answers
+    (again,) = answer()
     assert (again["body"], again["reconsume_times"]) == ("given back", 1)
 
 
@@ -270,7 +266,7 @@ def test_a_message_never_acked_goes_to_the_dead_letter_topic_after_the_max_recon
     )
     seen = []
     for _ in range(MAX_RECONSUME_TIMES + 1):
-        (message,) = pop(client, "doomed", topic, invisible_ms=200, max_wait_ms=30_000)
+        (message,) = pop(client, "doomed", topic, invisible_ms=200, max_wait_ms=20_000)
         seen.append(message["reconsume_times"])
     assert seen == list(range(MAX_RECONSUME_TIMES + 1))
     # Its last invisible time ends with nobody popping: the reviver moves it.
