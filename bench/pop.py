@@ -59,8 +59,8 @@ class Plan:
     batch: int
 
 
-FULL = Plan(repeats=3, messages=100_000, pop1_messages=20_000, consumers=8, batch=32)
-QUICK = replace(FULL, repeats=1, messages=20_000, pop1_messages=4_000)
+FULL = Plan(repeats=3, messages=100_000, pop1_messages=3_000, consumers=8, batch=32)
+QUICK = replace(FULL, repeats=1, messages=20_000, pop1_messages=1_000)
 
 
 class Drain(NamedTuple):

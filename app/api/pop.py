@@ -16,7 +16,7 @@ from app.api.errors import ApiError, ErrorCode
 from app.api.groups import GroupName
 from app.api.schemas import ErrorEnvelope, MessageOut
 from app.api.topics import BrokerDep, TopicName
-from app.broker.pop import PopService
+from app.broker.pop import AckStatus, PopService
 from app.codec import record_to_json
 
 # RocketMQ 5's bounds on an invisible time are 10 s .. 12 h; a shorter one is allowed here (tests,
@@ -188,7 +188,7 @@ async def pop(
     summary="Ack popped messages by receipt handle: a status per handle",
     responses=_ERRORS,
 )
-async def ack(group: GroupName, topic: TopicName, body: AckRequest, service: PopDep) -> dict[str, Any]:
+async def ack(group: GroupName, topic: TopicName, body: AckRequest, service: PopDep) -> Response:
     statuses = await service.ack(group, topic, body.receipt_handles)
     return _results(body.receipt_handles, statuses)
 
@@ -199,7 +199,7 @@ async def ack(group: GroupName, topic: TopicName, body: AckRequest, service: Pop
     summary="Give popped messages back: visible again now or after delay_ms, one reconsume higher",
     responses=_ERRORS,
 )
-async def nack(group: GroupName, topic: TopicName, body: NackRequest, service: PopDep) -> dict[str, Any]:
+async def nack(group: GroupName, topic: TopicName, body: NackRequest, service: PopDep) -> Response:
     statuses = await service.nack(group, topic, body.receipt_handles, body.delay_ms)
     return _results(body.receipt_handles, statuses)
 
@@ -217,10 +217,9 @@ async def change_invisibility(
     return {"receipt_handle": handle, "invisible_until_ms": until}
 
 
-def _results(handles: list[str], statuses: list[Any]) -> dict[str, Any]:
-    return {
-        "results": [
-            {"receipt_handle": handle, "status": str(status)}
-            for handle, status in zip(handles, statuses, strict=True)
-        ]
-    }
+def _results(handles: list[str], statuses: list[AckStatus]) -> Response:
+    """The statuses in order, encoded here: an ack is as hot as a pop."""
+    results = [
+        {"receipt_handle": handle, "status": status} for handle, status in zip(handles, statuses, strict=True)
+    ]
+    return Response(orjson.dumps({"results": results}), media_type="application/json")

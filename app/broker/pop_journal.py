@@ -47,25 +47,27 @@ LOG_NAME = "journal.log"
 
 def encode_records(records: Iterable[PopRecord]) -> bytes:
     parts = []
+    names: dict[tuple[str, str], bytes] = {}  # (group, topic) -> their encoding, once per call
+    pack, frame, crc32 = _FIXED.pack, _FRAME.pack, zlib.crc32
     for record in records:
-        group, topic = record.group.encode("ascii"), record.topic.encode("ascii")
-        body = b"".join(
-            (
-                _FIXED.pack(
-                    record.kind,
-                    record.queue_id,
-                    record.offset,
-                    record.deadline_ms,
-                    record.reconsume_times,
-                    record.nonce,
-                ),
-                bytes((len(group),)),
-                group,
-                bytes((len(topic),)),
-                topic,
+        suffix = names.get((record.group, record.topic))
+        if suffix is None:
+            group, topic = record.group.encode("ascii"), record.topic.encode("ascii")
+            suffix = names[record.group, record.topic] = (
+                bytes((len(group),)) + group + bytes((len(topic),)) + topic
             )
+        body = (
+            pack(
+                record.kind,
+                record.queue_id,
+                record.offset,
+                record.deadline_ms,
+                record.reconsume_times,
+                record.nonce,
+            )
+            + suffix
         )
-        parts.append(_FRAME.pack(zlib.crc32(body), len(body)))
+        parts.append(frame(crc32(body), len(body)))
         parts.append(body)
     return b"".join(parts)
 
