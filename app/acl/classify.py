@@ -158,6 +158,11 @@ async def on_group(view: RequestView, broker: Broker | None) -> Need:
     return _group_need(view.path_params["group"])
 
 
+async def on_group_topic(view: RequestView, broker: Broker | None) -> Need:
+    """SUB on the group and on the topic of the path (pop, ack, nack, invisibility)."""
+    return _group_need(view.path_params["group"], (view.path_params["topic"],))
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     method: str
@@ -225,6 +230,21 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/v1/groups/{group}/messages", group_pull, "SUB on the group and on the member's topics"),
     Rule("GET", "/v1/groups/{group}", on_group, "SUB on the group"),
     Rule("PUT", "/v1/groups/{group}/config", Need.admin("changing a group's settings"), "admin"),
+    Rule(
+        "POST", "/v1/groups/{group}/topics/{topic}/pop", on_group_topic, "SUB on the group and on the topic"
+    ),
+    Rule(
+        "POST", "/v1/groups/{group}/topics/{topic}/ack", on_group_topic, "SUB on the group and on the topic"
+    ),
+    Rule(
+        "POST", "/v1/groups/{group}/topics/{topic}/nack", on_group_topic, "SUB on the group and on the topic"
+    ),
+    Rule(
+        "POST",
+        "/v1/groups/{group}/topics/{topic}/invisibility",
+        on_group_topic,
+        "SUB on the group and on the topic",
+    ),
     Rule("PUT", "/v1/groups/{group}/offsets", commit_offsets, "SUB on the group and on each topic"),
     Rule("*", "/v1/admin/{rest:path}", Need.admin("an operator request (/v1/admin)"), "admin"),
     Rule("WEBSOCKET", "/v1/ws/subscribe", ws_subscribe, "SUB on the topic, and on `group`"),

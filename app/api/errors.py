@@ -49,6 +49,7 @@ class ErrorCode(enum.IntEnum):
     GROUP_NOT_FOUND = 40405
     CLUSTER_NOT_FOUND = 40406
     MEMBER_NOT_FOUND = 40407
+    RECEIPT_HANDLE_NOT_FOUND = 40410
     METHOD_NOT_ALLOWED = 40501
     NOT_ACCEPTABLE = 40601
     REQUEST_TIMEOUT = 40801
@@ -59,6 +60,7 @@ class ErrorCode(enum.IntEnum):
     TOPIC_NOT_READABLE = 40903
     GENERATION_FENCED = 40904
     GROUP_CONFLICT = 40905
+    RECEIPT_HANDLE_EXPIRED = 40910
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
@@ -119,6 +121,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "The client is not a member of the group (it never joined, left, or was silent past "
         "WHARF_CONSUMER_EXPIRY_S): send a heartbeat first."
     ),
+    ErrorCode.RECEIPT_HANDLE_NOT_FOUND: (
+        "The receipt handle names no message the group popped from the topic (never handed out, of "
+        "another group or topic, or not a receipt handle)."
+    ),
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
     ErrorCode.NOT_ACCEPTABLE: "The Accept header asks for a format this path cannot produce.",
     ErrorCode.WS_CLIENT_IDLE: (
@@ -141,6 +147,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ),
     ErrorCode.GROUP_CONFLICT: (
         "The group's other members consume with another model or allocation strategy; nothing was changed."
+    ),
+    ErrorCode.RECEIPT_HANDLE_EXPIRED: (
+        "The receipt handle is not the message's latest: the message was acked, handed out again, "
+        "nacked or given another invisible time since; nothing was changed."
     ),
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
@@ -239,6 +249,8 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.MemberNotFoundError: ErrorCode.MEMBER_NOT_FOUND,
     broker_errors.GroupConflictError: ErrorCode.GROUP_CONFLICT,
     broker_errors.GenerationFencedError: ErrorCode.GENERATION_FENCED,
+    broker_errors.ReceiptHandleNotFoundError: ErrorCode.RECEIPT_HANDLE_NOT_FOUND,
+    broker_errors.ReceiptHandleExpiredError: ErrorCode.RECEIPT_HANDLE_EXPIRED,
 }
 
 

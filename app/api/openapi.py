@@ -51,6 +51,10 @@ OPERATION_IDS: dict[str, str] = {
     "group_pull": "pullAsMember",
     "describe_group": "getGroup",
     "set_group_config": "setGroupConfig",
+    "pop": "popMessages",
+    "ack": "ackMessages",
+    "nack": "nackMessages",
+    "change_invisibility": "changeInvisibility",
     "clean": "cleanStore",
     "disk_usage": "getDiskUsage",
     "healthz": "getHealth",
@@ -151,6 +155,20 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     },
     "getGroup": {404: "The group has no members, committed offsets or settings (40405)"},
     "setGroupConfig": {},
+    "popMessages": {
+        400: "A bad `max_messages` or `consume_from` (40012)",
+        **_TOPIC,
+        409: "The topic's permission forbids reading (40903)",
+    },
+    "ackMessages": {**_TOPIC},
+    "nackMessages": {**_TOPIC},
+    "changeInvisibility": {
+        404: "The topic does not exist (40402), or the receipt handle names no message the group "
+        "popped from it (40410)",
+        409: "The receipt handle is not the message's latest (40910): it was acked, handed out again, "
+        "nacked or given another invisible time",
+        421: None,
+    },
     "getOffsets": {
         404: "The group has no committed offsets (40405), or the topic does not exist (40402)",
         421: None,

@@ -127,3 +127,13 @@ class GenerationFencedError(BrokerError):
     @property
     def fields(self) -> dict[str, object]:
         return {"generation": self.generation}
+
+
+class ReceiptHandleNotFoundError(BrokerError):
+    """A receipt handle names no message the group popped from the topic (never handed out, of
+    another group or topic, or not a handle at all)."""
+
+
+class ReceiptHandleExpiredError(BrokerError):
+    """A receipt handle is not the message's latest: it was acked, handed out again, nacked or
+    given another invisible time since."""

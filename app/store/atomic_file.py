@@ -1,5 +1,5 @@
 """Write a small file so that a crash leaves either the old or the new content, never a torn mix;
-force a directory's names to disk."""
+append whole to a log; force a directory's names to disk."""
 
 from __future__ import annotations
 
@@ -44,3 +44,22 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def append_whole(fd: int, data: bytes, path: Path, force: bool = True) -> int:
+    """Append ``data`` to the log open as ``fd`` (O_APPEND) and, with ``force``, fsync it; the
+    log's new size. A failed write is cut back off, so the log never ends in a part of ``data``;
+    on a full disk DiskFullError names ``path``."""
+    size = os.fstat(fd).st_size
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if force:
+            os.fsync(fd)
+    except OSError as error:
+        os.ftruncate(fd, size)
+        if error.errno in NO_SPACE:
+            raise DiskFullError(f"no room on the disk to append to {path}") from error
+        raise
+    return size + len(data)

@@ -40,8 +40,8 @@ import threading
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from app.store.atomic_file import fsync_directory, write_atomically
-from app.store.errors import NO_SPACE, DiskFullError, StoreConfigError
+from app.store.atomic_file import append_whole, fsync_directory, write_atomically
+from app.store.errors import DiskFullError, StoreConfigError
 from app.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -351,18 +351,7 @@ class ConsumerOffsetManager:
         try:
             if created:  # the new file's name must survive a power cut too
                 fsync_directory(self.log_path.parent)
-            size = os.fstat(fd).st_size
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            except OSError as error:
-                os.ftruncate(fd, size)
-                if error.errno in NO_SPACE:
-                    raise DiskFullError(f"no room on the disk to append to {self.log_path}") from error
-                raise
-            self._log_bytes = size + len(data)
+            self._log_bytes = append_whole(fd, data, self.log_path)
         finally:
             os.close(fd)
 

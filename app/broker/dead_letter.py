@@ -1,0 +1,70 @@
+"""Dead letters (SPEC 4): a message a group failed to consume more than its max reconsume times
+goes to the group's dead-letter topic, ``%DLQ%<group>``, and is not delivered to the group again.
+
+The topic is made on its first dead letter with one queue, as RocketMQ makes it, readable and
+writable so that an operator can look into it and consume it. The copy keeps the message's body,
+flag, born timestamp and host, and its properties (unique id, keys, tags and the rest); the topic
+and message id it came from go into :data:`PROPERTY_DLQ_ORIGIN_TOPIC` and
+:data:`PROPERTY_DLQ_ORIGIN_MESSAGE_ID`, and its record's reconsume times say how often it was
+delivered again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from app.broker.errors import TopicNotWritableError
+from app.routing.topic_config import TopicConfig
+from app.store import Message
+from app.store.record import StoredMessage
+from app.store.results import AppendResult
+
+if TYPE_CHECKING:
+    from app.broker.core import Broker
+
+DLQ_TOPIC_PREFIX = "%DLQ%"
+DLQ_QUEUE_NUMS = 1
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
+
+def dead_letter_topic(group: str) -> str:
+    return f"{DLQ_TOPIC_PREFIX}{group}"
+
+
+def max_reconsume_times(broker: Broker, group: str) -> int:
+    """How often the group may be handed a message again before it is a dead letter: a message
+    delivered with this many reconsumes and not consumed goes to the dead-letter topic (the
+    group's setting, PUT /v1/groups/{group}/config; WHARF_MAX_RECONSUME_TIMES by default)."""
+    return broker.group_configs.get(group).max_reconsume_times
+
+
+async def send_to_dead_letter(
+    broker: Broker, group: str, record: StoredMessage, reconsume_times: int
+) -> AppendResult:
+    """Append a copy of ``record`` to the group's dead-letter topic (made if needed) and wait
+    until it is as durable as the flush mode promises; where it landed."""
+    topic = dead_letter_topic(group)
+    config = broker.topics.get(topic)
+    if config is None:
+        ((config, _),) = await broker.creator.create([TopicConfig(topic, DLQ_QUEUE_NUMS, DLQ_QUEUE_NUMS)])
+    if not config.writable:
+        raise TopicNotWritableError(f"dead-letter topic {topic!r} does not accept messages")
+    properties = dict(record.properties)
+    properties[PROPERTY_DLQ_ORIGIN_TOPIC] = record.topic
+    properties[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = record.msg_id
+    message = Message(
+        topic,
+        record.body,
+        0,
+        properties,
+        flag=record.flag,
+        born_timestamp=record.born_timestamp,
+        born_host=record.born_host,
+        reconsume_times=reconsume_times,
+    )
+    (appended,) = broker.store.append([message])
+    if broker.store.group_commit is not None:
+        await asyncio.wrap_future(broker.store.durable([appended]))
+    return appended
