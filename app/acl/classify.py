@@ -151,7 +151,29 @@ async def group_pull(view: RequestView, broker: Broker | None) -> Need:
     group = view.path_params["group"]
     found = broker.groups.get(group) if broker is not None else None
     member = found.members.get(view.query.get("client_id", "")) if found is not None else None
-    return _group_need(group, tuple(member.subscriptions) if member is not None else ())
+    # The group's own retry topic is the group's: SUB on the group covers it.
+    topics = [name for name in member.subscriptions if not name.startswith("%RETRY%")] if member else []
+    return _group_need(group, tuple(topics))
+
+
+async def retry_message(view: RequestView, broker: Broker | None) -> Need:
+    """SUB on the group and on the topic the body names (a message named by id: the group's SUB
+    and the id's topic, looked up as a message read by id is)."""
+    try:
+        document: Any = orjson.loads(await view.body())
+    except orjson.JSONDecodeError:
+        document = None
+    if not isinstance(document, dict):
+        return ACCOUNT  # answered 400/422 by the route
+    group = view.path_params["group"]
+    topic = document.get("topic")
+    if isinstance(topic, str):
+        return _group_need(group, [topic])
+    msg_id = document.get("msg_id")
+    if isinstance(msg_id, str) and broker is not None:
+        found = await message_by_id(RequestView({"msg_id": msg_id}, view.query, view.body), broker)
+        return Need.on(found.topics, ((group, Action.SUB),)) if found.topics else _group_need(group)
+    return _group_need(group)
 
 
 async def on_group(view: RequestView, broker: Broker | None) -> Need:
@@ -230,6 +252,7 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/v1/groups/{group}/messages", group_pull, "SUB on the group and on the member's topics"),
     Rule("GET", "/v1/groups/{group}", on_group, "SUB on the group"),
     Rule("PUT", "/v1/groups/{group}/config", Need.admin("changing a group's settings"), "admin"),
+    Rule("POST", "/v1/groups/{group}/retry", retry_message, "SUB on the group and on the message's topic"),
     Rule(
         "POST", "/v1/groups/{group}/topics/{topic}/pop", on_group_topic, "SUB on the group and on the topic"
     ),

@@ -18,6 +18,7 @@ from app.api.groups import GroupName, queue_offsets
 from app.api.schemas import ErrorEnvelope, GroupQueueOffset
 from app.api.topics import BrokerDep
 from app.broker import group_consume
+from app.broker import retry as retry_module
 from app.broker.groups import Group, Member
 from app.codec import record_to_json
 
@@ -235,3 +236,40 @@ async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
 async def set_group_config(group: GroupName, body: GroupConfigBody, broker: BrokerDep) -> dict[str, Any]:
     config = await asyncio.to_thread(broker.group_configs.set, group, **body.model_dump())
     return dataclasses.asdict(config)
+
+
+class RetryRequest(BaseModel):
+    msg_id: str | None = Field(None, min_length=32, max_length=32, pattern=r"^[0-9A-Fa-f]{32}$")
+    topic: str | None = Field(None, min_length=1, max_length=255)
+    queue_id: int | None = Field(None, ge=0)
+    offset: int | None = Field(None, ge=0)
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"topic": "orders", "queue_id": 0, "offset": 42}]},
+    )
+
+
+class RetryAnswer(BaseModel):
+    status: Literal["RETRY", "DEAD_LETTER"]
+    topic: str = Field(description="Where the message went: %RETRY%{group} or %DLQ%{group}")
+    msg_id: str
+    reconsume_times: int
+    delay_level: int | None = None
+
+
+@router.post(
+    "/{group}/retry",
+    response_model=RetryAnswer,
+    response_model_exclude_none=True,
+    summary="Send a message back for another try: to %RETRY%{group} after a growing delay, or to %DLQ%{group}",
+    responses=_ERRORS,
+)
+async def retry(group: GroupName, body: RetryRequest, broker: BrokerDep) -> dict[str, Any]:
+    by_place = (body.topic, body.queue_id, body.offset)
+    if (body.msg_id is not None) == (None not in by_place):
+        raise ApiError(ErrorCode.BAD_REQUEST, "give either msg_id, or topic, queue_id and offset")
+    if body.topic is not None and body.queue_id is not None:
+        await broker.queue_of(body.topic, body.queue_id)
+    stored = await asyncio.to_thread(retry_module.find, broker, body.msg_id, *by_place)
+    return dataclasses.asdict(await retry_module.send_back(broker, group, stored))

@@ -249,6 +249,7 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.MemberNotFoundError: ErrorCode.MEMBER_NOT_FOUND,
     broker_errors.GroupConflictError: ErrorCode.GROUP_CONFLICT,
     broker_errors.GenerationFencedError: ErrorCode.GENERATION_FENCED,
+    broker_errors.MessageNotFoundError: ErrorCode.MESSAGE_NOT_FOUND,
     broker_errors.ReceiptHandleNotFoundError: ErrorCode.RECEIPT_HANDLE_NOT_FOUND,
     broker_errors.ReceiptHandleExpiredError: ErrorCode.RECEIPT_HANDLE_EXPIRED,
 }

@@ -51,6 +51,7 @@ OPERATION_IDS: dict[str, str] = {
     "group_pull": "pullAsMember",
     "describe_group": "getGroup",
     "set_group_config": "setGroupConfig",
+    "retry": "retryMessage",
     "pop": "popMessages",
     "ack": "ackMessages",
     "nack": "nackMessages",
@@ -155,6 +156,12 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     },
     "getGroup": {404: "The group has no members, committed offsets or settings (40405)"},
     "setGroupConfig": {},
+    "retryMessage": {
+        400: "Neither msg_id nor topic, queue_id and offset, or both (40001)",
+        404: "No such message here (40404), topic (40402) or queue (40403)",
+        409: "The retry or dead-letter topic does not accept messages (40902)",
+        421: None,
+    },
     "popMessages": {
         400: "A bad `max_messages` or `consume_from` (40012)",
         **_TOPIC,

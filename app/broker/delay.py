@@ -140,6 +140,12 @@ class DelayedDelivery:
         self._move(message, TIMER_TOPIC, 0)
         return True
 
+    def schedule_at_level(self, message: Message, level: int) -> None:
+        """Make ``message`` wait ``level``'s delay (clamped to 1..18) before it reaches its topic."""
+        level = min(max(level, 1), MAX_LEVEL)
+        message.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        self._move(message, SCHEDULE_TOPIC, level - 1)
+
     @staticmethod
     def _move(message: Message, topic: str, queue_id: int) -> None:
         message.properties[PROPERTY_REAL_TOPIC] = message.topic

@@ -137,3 +137,7 @@ class ReceiptHandleNotFoundError(BrokerError):
 class ReceiptHandleExpiredError(BrokerError):
     """A receipt handle is not the message's latest: it was acked, handed out again, nacked or
     given another invisible time since."""
+
+
+class MessageNotFoundError(BrokerError):
+    """No stored message here has that id, or sits at that queue offset."""

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from app.broker.core import parse_start
 from app.broker.errors import BadRequestError, GenerationFencedError
-from app.broker.groups import BROADCASTING, Group, Member
+from app.broker.groups import BROADCASTING, CLUSTERING, Group, Member
 from app.broker.pull import read_or_hold
+from app.broker.retry import retry_topic
 from app.longpoll.hold import Receive
 from app.store import GetMessageResult, GetMessageStatus, TagFilter
 
@@ -54,6 +55,10 @@ async def heartbeat(broker: Broker, name: str, member: Member) -> tuple[Group, l
     for topic, expression in member.subscriptions.items():
         await broker.topic(topic)  # here, or refused with where it is
         TagFilter.parse(expression)
+    if member.model == CLUSTERING:
+        # Messages sent back for another try come back to the group through its retry topic
+        # (its queues are allocated once it exists).
+        member.subscriptions.setdefault(retry_topic(name), "*")
     group = broker.groups.heartbeat(name, member)
     member = group.members[member.client_id]
     key = offset_group(group, member)

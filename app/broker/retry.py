@@ -1,0 +1,100 @@
+"""Sending a message back for another try (RocketMQ's consumerSendMessageBack, SPEC 4).
+
+A message a group could not consume goes to the group's retry topic, ``%RETRY%<group>`` (one
+queue, made on first use), after a growing delay: delay level 3 + the times it was consumed again
+before (10 s, 30 s, 1 min, 2 min, ... up to 2 h), through the delayed delivery of
+app.broker.delay. The members of a clustering group read the retry topic beside their topics
+(app.broker.group_consume), so the message comes back to the group by itself, with its
+reconsume_times one higher. Past the group's max reconsume times it goes to the dead-letter topic
+instead (app.broker.dead_letter).
+
+The copy keeps the body, unique id, keys, tags and properties; ``RETRY_TOPIC`` names the topic it
+was first produced to and ``ORIGIN_MESSAGE_ID`` its first message id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING
+
+from app.broker.dead_letter import max_reconsume_times, send_to_dead_letter
+from app.broker.errors import MessageNotFoundError, TopicNotWritableError
+from app.routing.topic_config import TopicConfig
+from app.store import Message
+from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
+from app.store.record import StoredMessage
+
+if TYPE_CHECKING:
+    from app.broker.core import Broker
+
+RETRY_QUEUE_NUMS = 1
+FIRST_RETRY_LEVEL = 3  # RocketMQ: delayLevel = 3 + reconsumeTimes
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+
+
+def retry_topic(group: str) -> str:
+    return f"{RETRY_TOPIC_PREFIX}{group}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SentBack:
+    """Where a message sent back went: ``status`` RETRY or DEAD_LETTER."""
+
+    status: str
+    topic: str
+    msg_id: str
+    reconsume_times: int
+    delay_level: int | None = None
+
+
+def find(
+    broker: Broker, msg_id: str | None, topic: str | None, queue_id: int | None, offset: int | None
+) -> StoredMessage:
+    """The stored message a send-back names: by its id, or by topic, queue and queue offset."""
+    if msg_id is not None:
+        found = broker.store.query_message_by_id(msg_id)
+        if found is None:
+            raise MessageNotFoundError(f"no message with id {msg_id} on this broker")
+        return found
+    assert topic is not None and queue_id is not None and offset is not None
+    read = broker.store.read_messages(topic, queue_id, offset, 1)
+    if not read or read[0].queue_offset != offset:
+        raise MessageNotFoundError(f"no message at offset {offset} of queue {queue_id} of {topic!r}")
+    return read[0]
+
+
+async def send_back(broker: Broker, group: str, stored: StoredMessage) -> SentBack:
+    """Send ``stored`` to the group's retry topic after its delay, or to the dead-letter topic when
+    the group has consumed it again as often as it may; durable as the flush mode promises."""
+    reconsume_times = stored.reconsume_times + 1
+    if reconsume_times > max_reconsume_times(broker, group):
+        dead = await send_to_dead_letter(broker, group, stored, stored.reconsume_times)
+        return SentBack("DEAD_LETTER", dead.topic, dead.msg_id, stored.reconsume_times)
+    topic = retry_topic(group)
+    config = broker.topics.get(topic)
+    if config is None:
+        ((config, _),) = await broker.creator.create([TopicConfig(topic, RETRY_QUEUE_NUMS, RETRY_QUEUE_NUMS)])
+    if not config.writable:
+        raise TopicNotWritableError(f"retry topic {topic!r} does not accept messages")
+    properties = dict(stored.properties)
+    properties.setdefault(PROPERTY_RETRY_TOPIC, stored.topic)
+    properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, stored.msg_id)
+    message = Message(
+        topic,
+        stored.body,
+        0,
+        properties,
+        flag=stored.flag,
+        born_timestamp=stored.born_timestamp,
+        born_host=stored.born_host,
+        reconsume_times=reconsume_times,
+    )
+    level = FIRST_RETRY_LEVEL + stored.reconsume_times
+    broker.delays.schedule_at_level(message, level)
+    (appended,) = broker.store.append([message])
+    if broker.store.group_commit is not None:
+        await asyncio.wrap_future(broker.store.durable([appended]))
+    broker.delays.wakeup()
+    return SentBack("RETRY", topic, appended.msg_id, reconsume_times, min(level, 18))

@@ -1,0 +1,92 @@
+"""Sending a message back: to %RETRY%<group> after delay level 3 + reconsumes, back to the group's
+members by itself, and to %DLQ%<group> past the group's max reconsume times."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.server import BrokerProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    process = BrokerProcess(tmp_path_factory.mktemp("retry") / "store").start()
+    with httpx.Client(base_url=process.url, timeout=30) as http:
+        yield http
+    process.stop()
+
+
+def join(client: httpx.Client, group: str, topic: str) -> dict[str, Any]:
+    body = {"client_id": "worker", "subscriptions": {topic: "*"}, "consume_from": "first"}
+    answer = client.post(f"/v1/groups/{group}/heartbeat", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_message_sent_back_comes_again_after_its_delay_then_goes_to_the_dead_letters(
+    client: httpx.Client,
+) -> None:
+    assert client.post("/v1/topics", json={"name": "jobs", "queues": 1}).status_code == 201
+    assert client.put("/v1/groups/workers/config", json={"max_reconsume_times": 1}).status_code == 200
+    join(client, "workers", "jobs")
+    produced = client.post("/v1/topics/jobs/messages", json={"body": "boom", "keys": ["job-1"]}).json()
+    unique_id = produced["results"][0]["unique_id"]
+    first = client.get("/v1/groups/workers/messages", params={"client_id": "worker"}).json()
+    (message,) = first["messages"]
+    assert message["reconsume_times"] == 0
+
+    sent_at_ms = time.time() * 1000
+    sent = client.post("/v1/groups/workers/retry", json={"topic": "jobs", "queue_id": 0, "offset": 0})
+    assert sent.status_code == 200, sent.text
+    assert sent.json() | {"msg_id": None} == {
+        "status": "RETRY",
+        "topic": "%RETRY%workers",
+        "msg_id": None,
+        "reconsume_times": 1,
+        "delay_level": 3,
+    }
+    generation = join(client, "workers", "jobs")["generation"]
+    offsets = [{"topic": "jobs", "queue_id": 0, "offset": 1}]
+    body = {"client_id": "worker", "generation": generation, "offsets": offsets}
+    assert client.put("/v1/groups/workers/offsets", json=body).status_code == 200
+
+    again: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while not again and time.monotonic() < deadline:
+        pulled = client.get(
+            "/v1/groups/workers/messages", params={"client_id": "worker", "max_wait_ms": 2000}
+        )
+        again = pulled.json()["messages"]
+    (retried,) = again
+    assert (retried["topic"], retried["body"], retried["reconsume_times"]) == ("%RETRY%workers", "boom", 1)
+    assert (retried["unique_id"], retried["keys"]) == (unique_id, ["job-1"])
+    assert retried["properties"]["RETRY_TOPIC"] == "jobs"
+    # Level 3 is 10 s: never sooner.
+    assert retried["store_timestamp"] - sent_at_ms >= 10_000 - 5
+
+    dead = client.post("/v1/groups/workers/retry", json={"msg_id": retried["msg_id"]})
+    assert dead.status_code == 200, dead.text
+    assert (dead.json()["status"], dead.json()["topic"]) == ("DEAD_LETTER", "%DLQ%workers")
+    letters = client.get("/v1/topics/%25DLQ%25workers/queues/0/messages", params={"offset": 0}).json()
+    (letter,) = letters["messages"]
+    assert (letter["body"], letter["unique_id"]) == ("boom", unique_id)
+    assert letter["properties"]["DLQ_ORIGIN_TOPIC"] == "%RETRY%workers"
+
+
+def test_a_send_back_names_one_message_one_way(client: httpx.Client) -> None:
+    assert client.post("/v1/topics", json={"name": "named", "queues": 1}).status_code == 201
+    both = client.post(
+        "/v1/groups/g/retry", json={"msg_id": "0" * 32, "topic": "named", "queue_id": 0, "offset": 0}
+    )
+    assert (both.status_code, both.json()["error_code"]) == (400, 40001)
+    neither = client.post("/v1/groups/g/retry", json={})
+    assert (neither.status_code, neither.json()["error_code"]) == (400, 40001)
+    missing = client.post("/v1/groups/g/retry", json={"topic": "named", "queue_id": 0, "offset": 5})
+    assert (missing.status_code, missing.json()["error_code"]) == (404, 40404)
