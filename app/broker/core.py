@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from app.broker import repeats
 from app.broker.delay import DelayedDelivery, is_delayed
 from app.broker.errors import (
     BadRequestError,
@@ -38,7 +39,7 @@ from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
-from app.store import GetMessageResult, Message, MessageStore, PutStatus, TagFilter
+from app.store import GetMessageResult, Message, MessageStore, TagFilter
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.record import StoredMessage
 from app.store.record_format import (
@@ -48,7 +49,6 @@ from app.store.record_format import (
     SYSFLAG_PRODUCER_UNIQ_KEY,
     validate_topic,
 )
-from app.store.results import AppendResult
 
 # An answer of produce: made for a stored message, the index of the same unique id's answer earlier
 # in the batch, or the first message of a repeated unique id.
@@ -240,7 +240,7 @@ class Broker:
             if supplied is not None and window is not None:
                 earlier: int | StoredMessage | None = first_in_batch.get(supplied)
                 if earlier is None:
-                    earlier = self._stored_first(window, topic, supplied)
+                    earlier = repeats.stored_first(self, window, topic, supplied)
                 if earlier is not None:
                     answers.append(earlier)
                     continue
@@ -287,68 +287,14 @@ class Broker:
             if isinstance(answer, int):  # a repeat within this batch
                 results.append(results[answer])
             elif isinstance(answer, StoredMessage):
-                results.append(await self._answer_from_log(topic, answer))
+                results.append(await repeats.answer_from_log(self, topic, answer))
             else:
                 results.append(answer)
         return results
 
-    def _stored_first(self, window: IdempotencyWindow, topic: str, unique_id: str) -> StoredMessage | None:
-        """The first message of ``unique_id`` if the window remembers it, else None. Checked against
-        the record: a digest collision, a record gone with retention or a deleted topic's record is
-        a miss, never a wrong answer."""
-        physical_offset = window.find((topic, unique_id))
-        if physical_offset is None:
-            return None
-        first = self.store.query_message_by_unique_id_at(topic, unique_id, physical_offset)
-        return first or self.delays.scheduled_first(topic, unique_id, physical_offset)
-
-    async def _answer_from_log(self, topic: str, first: StoredMessage) -> dict[str, Any]:
-        """The answer for a repeat: the first message, SEND_OK once it is as durable as the flush
-        mode promises (so a retry racing the first request waits for the same group commit)."""
-        durable = True
-        if self.store.group_commit is not None:
-            result = AppendResult(
-                PutStatus.PUT_OK,
-                topic,
-                first.queue_id,
-                first.queue_offset,
-                first.physical_offset,
-                first.size,
-                first.store_timestamp,
-                first.store_host,
-            )
-            durable = await asyncio.wrap_future(self.store.durable([result]))
-        answer = {
-            "msg_id": first.msg_id,
-            "unique_id": first.unique_id,
-            "queue_id": first.queue_id,
-            "queue_offset": first.queue_offset,
-            "status": "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT",
-        }
-        if first.topic != topic:  # a scheduled message, waiting in an internal topic
-            answer.update(self.delays.answer_from_log(first))
-        return answer
-
     def restore_idempotency(self) -> int:
-        """Rebuild the idempotency window from the messages stored within it whose unique id the
-        producer chose: a retry after a restart is still recognised. Reads the CommitLog: run it
-        off the event loop, before the broker takes requests. Returns how many ids it restored."""
-        window = self.idempotency
-        if not window.enabled:
-            return 0
-        now_ms = time.time() * 1000
-        since_ms = int(now_ms - window.window_s * 1000)
-        return window.restore(
-            (
-                (self.delays.idempotency_topic(offset, record.topic), record.uniq_key),
-                offset,
-                (now_ms - record.store_timestamp) / 1000,
-            )
-            for offset, record in self.store.records_since(since_ms)
-            if record.sysflag & SYSFLAG_PRODUCER_UNIQ_KEY
-        )
-
-    # -- pulling ---------------------------------------------------------------------------------
+        """Rebuild the idempotency window from the CommitLog (:func:`repeats.restore_window`)."""
+        return repeats.restore_window(self)
 
     def resolve_pull_offset(
         self,
