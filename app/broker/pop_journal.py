@@ -2,25 +2,32 @@
 change of invisibility is answered, so that a restart neither loses a message in flight nor
 hands it out before its invisible time.
 
-Two files under ``config/pop/``: ``snapshot`` (the whole state as records, replaced atomically at
-each compaction) and ``journal.log`` (the records appended since). Both hold the same records::
+Files under ``config/pop/``: ``snapshot`` (the whole state as records, replaced atomically at each
+compaction) and ``journal.log`` (the records appended since), with ``journal.old`` between them
+while a compaction is under way. They hold the same records::
 
     crc u32 | length u16 | kind u8 | queue_id u32 | offset i64 | deadline_ms i64
             | reconsume_times i32 | nonce u64 | group u8+ascii | topic u8+ascii
 
-``length`` counts the bytes after it, the CRC32 covers them. Loading reads the snapshot, then the
-log up to its first record that is cut or does not check (a write cut by a crash), and cuts the
-log there. Replaying the log over a snapshot that already holds it (a crash between the snapshot's
-rename and the log's truncation) ends in the same state, as every record sets what it names.
+``length`` counts the bytes after it, the CRC32 covers them. Loading reads the snapshot, the old
+log and the log, each up to its first record that is cut or does not check (a write cut by a
+crash), and cuts the log there.
 
-A thread does the writing, so the event loop never waits on the disk: each request's records go
-in one append, and appends that queue up while one is written go together in the next. With
-``sync`` (WHARF_FLUSH_MODE=SYNC) every append is forced before its future resolves; otherwise it
-is written (a killed process loses nothing) and forced within ``flush_interval_s``.
+Each request's records go in one append. Without ``sync`` an append is written at once, from the
+event loop (into the page cache: a killed process loses nothing), and a thread forces the log
+within ``flush_interval_s``. With ``sync`` (WHARF_FLUSH_MODE=SYNC) the thread writes and forces
+each append before its future resolves, and appends that queue up meanwhile go together in the
+next write, so the event loop never waits on the disk.
+
+A compaction renames the log to ``journal.old`` and starts a new one where the appends stand (at
+once, or in the thread with ``sync``); the thread then writes the snapshot and removes the old
+log. A crash in between leaves the old log, replayed after the snapshot: a log replayed over a
+snapshot that already holds it ends in the same state, as every record sets what it names.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import struct
@@ -43,6 +50,13 @@ assert (_FRAME.size, _FIXED.size) == (6, 33)
 
 SNAPSHOT_NAME = "snapshot"
 LOG_NAME = "journal.log"
+OLD_LOG_NAME = "journal.old"
+
+
+class _Task(enum.Enum):
+    APPEND = "append"  # with sync: write and force
+    COMPACT = "compact"  # with sync: start the log over, write the snapshot, drop the old log
+    SNAPSHOT = "snapshot"  # without sync (the log was started over already): the rest
 
 
 def encode_records(records: Iterable[PopRecord]) -> bytes:
@@ -113,7 +127,7 @@ def decode_records(data: bytes) -> tuple[list[PopRecord], int]:
 
 
 class PopJournal(ServiceThread):
-    """The journal's files and the thread that appends to them."""
+    """The journal's files and the thread that forces, compacts and (with ``sync``) appends."""
 
     name = "pop-journal"
 
@@ -122,11 +136,14 @@ class PopJournal(ServiceThread):
         self.directory = directory
         self.snapshot_path = directory / SNAPSHOT_NAME
         self.log_path = directory / LOG_NAME
+        self.old_path = directory / OLD_LOG_NAME
         self.sync = sync
         self._fd: int | None = None
+        self._old_fd: int | None = None  # the old log's, closed by the thread once it is replaced
         self._lock = threading.Lock()
-        # (bytes, is a snapshot, future): appends and compactions, in the order they were asked for.
-        self._pending: list[tuple[bytes, bool, Future[None]]] = []
+        # What the thread has to do, in order: appends (with ``sync``) and compactions.
+        self._pending: list[tuple[_Task, bytes, Future[None]]] = []
+        self._compacting = False
         self._closed = False
         self._unforced = False
         self._forced_at = time.monotonic()
@@ -134,34 +151,31 @@ class PopJournal(ServiceThread):
     # -- start and stop --------------------------------------------------------------------------
 
     def load(self) -> list[PopRecord]:
-        """The snapshot's records, then the log's; the log is cut after its last good record.
-        Reads the disk: call it off the event loop, before :meth:`open`."""
+        """The records of the snapshot, the old log and the log, in that order; the log is cut
+        after its last good record. Reads the disk: call it off the event loop, before :meth:`open`."""
         records: list[PopRecord] = []
-        if self.snapshot_path.exists():
-            data = self.snapshot_path.read_bytes()
-            records, good = decode_records(data)
+        for path in (self.snapshot_path, self.old_path, self.log_path):
+            if not path.exists():
+                continue
+            data = path.read_bytes()
+            found, good = decode_records(data)
+            records.extend(found)
             if good != len(data):
                 log.warning(
-                    "%s: %d bytes after offset %d do not decode", self.snapshot_path, len(data) - good, good
-                )
-        if self.log_path.exists():
-            data = self.log_path.read_bytes()
-            replayed, good = decode_records(data)
-            records.extend(replayed)
-            if good != len(data):
-                log.warning(
-                    "%s: cutting %d bytes from offset %d (a write cut short)",
-                    self.log_path,
+                    "%s: %d bytes from offset %d do not decode (a write cut short)",
+                    path,
                     len(data) - good,
                     good,
                 )
-                os.truncate(self.log_path, good)
+                if path == self.log_path:
+                    os.truncate(path, good)
         return records
 
     def open(self, snapshot: bytes) -> None:
-        """Write ``snapshot`` (the state just loaded), empty the log and start the thread."""
+        """Write ``snapshot`` (the state just loaded), empty the logs and start the thread."""
         self.directory.mkdir(parents=True, exist_ok=True)
         write_atomically(self.snapshot_path, snapshot)
+        self.old_path.unlink(missing_ok=True)
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.ftruncate(self._fd, 0)
         os.fsync(self._fd)
@@ -169,8 +183,9 @@ class PopJournal(ServiceThread):
         self.start()
 
     def close(self) -> None:
-        """Write and force what is pending, stop the thread, close the log."""
+        """Do and force what is pending, stop the thread, close the log."""
         self.stop()
+        self._close_old()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -178,36 +193,68 @@ class PopJournal(ServiceThread):
     # -- writing ---------------------------------------------------------------------------------
 
     def append(self, data: bytes) -> Future[None]:
-        """Append encoded records; the future resolves once they are written (forced with ``sync``)."""
-        return self._submit(data, False)
+        """Append encoded records; the future resolves once they are written (and forced, with
+        ``sync``), or with the error (DiskFullError) that stopped them."""
+        if self.sync:
+            return self._submit(_Task.APPEND, data)
+        future: Future[None] = Future()
+        try:
+            if self._closed:
+                raise RuntimeError("the pop journal is closed")
+            self._write(data)
+        except Exception as error:
+            future.set_exception(error)
+        else:
+            future.set_result(None)
+        return future
 
-    def compact(self, snapshot: bytes) -> Future[None]:
-        """Replace the snapshot with ``snapshot`` and empty the log, after every append asked for
-        before: ``snapshot`` must hold the state those appends lead to."""
-        return self._submit(snapshot, True)
+    @property
+    def compacting(self) -> bool:
+        """A compaction is under way (or failed: then none is done until the next start)."""
+        return self._compacting
 
-    def _submit(self, data: bytes, is_snapshot: bool) -> Future[None]:
+    def compact(self, snapshot: bytes) -> Future[None] | None:
+        """Replace the snapshot with ``snapshot`` and start the log over, after every append asked
+        for before: ``snapshot`` must hold the state those appends lead to. None (nothing done)
+        while the last compaction is under way."""
+        if self._compacting or self._closed:
+            return None
+        self._compacting = True
+        if self.sync:
+            return self._submit(_Task.COMPACT, snapshot)
+        try:
+            self._rotate()
+        except Exception as error:
+            self._compacting = False
+            future: Future[None] = Future()
+            future.set_exception(error)
+            return future
+        return self._submit(_Task.SNAPSHOT, snapshot)
+
+    def _submit(self, task: _Task, data: bytes) -> Future[None]:
         future: Future[None] = Future()
         with self._lock:
             if self._closed:
                 future.set_exception(RuntimeError("the pop journal is closed"))
                 return future
-            self._pending.append((data, is_snapshot, future))
+            self._pending.append((task, data, future))
         self.wakeup()
         return future
+
+    # -- the thread ------------------------------------------------------------------------------
 
     def run_once(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, []
         appends: list[tuple[bytes, Future[None]]] = []
-        for data, is_snapshot, future in pending:
-            if not is_snapshot:
+        for task, data, future in pending:
+            if task is _Task.APPEND:
                 appends.append((data, future))
                 continue
-            self._write(appends)
+            self._append_together(appends)
             appends = []
-            self._settle([future], self._replace_snapshot, data)
-        self._write(appends)
+            self._settle([future], self._compact_now if task is _Task.COMPACT else self._snapshot, data)
+        self._append_together(appends)
         if self._unforced and time.monotonic() - self._forced_at >= self.interval_s:
             self._force()
 
@@ -218,10 +265,10 @@ class PopJournal(ServiceThread):
         if self._unforced:
             self._force()
 
-    def _write(self, appends: list[tuple[bytes, Future[None]]]) -> None:
+    def _append_together(self, appends: list[tuple[bytes, Future[None]]]) -> None:
         if appends:
             self._settle(
-                [future for _, future in appends], self._append, b"".join(data for data, _ in appends)
+                [future for _, future in appends], self._write, b"".join(data for data, _ in appends)
             )
 
     @staticmethod
@@ -235,7 +282,7 @@ class PopJournal(ServiceThread):
         for future in futures:
             future.set_result(None)
 
-    def _append(self, data: bytes) -> None:
+    def _write(self, data: bytes) -> None:
         assert self._fd is not None, "the pop journal is not open"
         append_whole(self._fd, data, self.log_path, force=self.sync)
         self._unforced = not self.sync
@@ -246,10 +293,30 @@ class PopJournal(ServiceThread):
         self._unforced = False
         self._forced_at = time.monotonic()
 
-    def _replace_snapshot(self, data: bytes) -> None:
-        write_atomically(self.snapshot_path, data)
-        fd = self._fd
-        assert fd is not None, "the pop journal is not open"
-        os.ftruncate(fd, 0)
-        os.fsync(fd)
-        self._unforced = False
+    def _rotate(self) -> None:
+        """Rename the log to the old log and start a new one: later appends go there."""
+        os.rename(self.log_path, self.old_path)
+        self._old_fd, self._fd = (
+            self._fd,
+            os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        )
+        if self.sync:  # the new log's name must be on disk before anything is forced into it
+            fsync_directory(self.directory)
+
+    def _compact_now(self, snapshot: bytes) -> None:
+        self._rotate()
+        self._snapshot(snapshot)
+
+    def _snapshot(self, snapshot: bytes) -> None:
+        """Write the snapshot, then drop the old log it replaces. On a failure the old log stays
+        (loading replays it) and no compaction is done until the next start."""
+        write_atomically(self.snapshot_path, snapshot)
+        self._close_old()
+        self.old_path.unlink()
+        fsync_directory(self.directory)
+        self._compacting = False
+
+    def _close_old(self) -> None:
+        if self._old_fd is not None:
+            os.close(self._old_fd)
+            self._old_fd = None

@@ -135,7 +135,8 @@ class PopTable:
         data = encode_records(changes)
         written = self.journal.append(data)
         self._log_bytes += len(data)
-        if self._log_bytes > max(COMPACT_MIN_LOG_BYTES, 2 * self._snapshot_bytes):
+        due = self._log_bytes > max(COMPACT_MIN_LOG_BYTES, 2 * self._snapshot_bytes)
+        if due and not self.journal.compacting:
             self.compact()
         return written
 
@@ -145,11 +146,13 @@ class PopTable:
         for key in [key for key in self.queues if topics.get(key[1]) is None]:
             del self.queues[key]
         data = encode_records(snapshot(self.queues))
-        self._log_bytes, self._snapshot_bytes = 0, len(data)
-        self.journal.compact(data).add_done_callback(_log_failure)
+        done = self.journal.compact(data)
+        if done is not None:
+            self._log_bytes, self._snapshot_bytes = 0, len(data)
+            done.add_done_callback(_log_failure)
 
 
 def _log_failure(future: Future[None]) -> None:
     error = future.exception()
     if error is not None:
-        log.error("pop journal compaction failed; the journal keeps growing until the next one: %s", error)
+        log.error("pop journal compaction failed; the journal grows until the next start: %s", error)

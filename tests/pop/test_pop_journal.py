@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.broker.pop_handle import ReceiptHandle, decode_handle
 from app.broker.pop_journal import PopJournal, decode_records, encode_records
 from app.broker.pop_state import PopQueue, PopRecord, QueueKey, RecordKind, apply, snapshot
@@ -74,16 +76,35 @@ def test_an_ack_of_a_queue_never_made_makes_nothing() -> None:
     assert replay([PopRecord(A, "g", "t", 0, 4), PopRecord(S, "g", "t", 0, 9)]) == {}
 
 
-def test_compaction_replaces_the_snapshot_and_empties_the_log(tmp_path: Path) -> None:
-    journal = PopJournal(tmp_path, sync=False, flush_interval_s=0.05)
+@pytest.mark.parametrize("sync", [False, True])
+def test_compaction_replaces_the_snapshot_and_starts_the_log_over(tmp_path: Path, sync: bool) -> None:
+    journal = PopJournal(tmp_path, sync=sync, flush_interval_s=0.05)
     journal.open(b"")
     journal.append(encode_records(HISTORY[:4])).result(10)
-    journal.compact(encode_records(snapshot(replay(HISTORY[:4])))).result(10)
+    compacted = journal.compact(encode_records(snapshot(replay(HISTORY[:4]))))
+    assert compacted is not None
     journal.append(encode_records(HISTORY[4:])).result(10)
+    compacted.result(10)
+    assert not journal.compacting
     journal.close()
     assert journal.log_path.read_bytes() == encode_records(HISTORY[4:])
-    reloaded = PopJournal(tmp_path, sync=False, flush_interval_s=0.05).load()
+    assert not journal.old_path.exists()
+    reloaded = PopJournal(tmp_path, sync=sync, flush_interval_s=0.05).load()
     assert state(replay(reloaded)) == state(replay(HISTORY))
+
+
+@pytest.mark.parametrize("snapshot_written", [False, True])
+def test_a_compaction_cut_short_loses_nothing(tmp_path: Path, snapshot_written: bool) -> None:
+    # The log was renamed to the old log and a new one started; the crash came before the new
+    # snapshot replaced the old one, or after, before the old log was removed.
+    journal = PopJournal(tmp_path, sync=True, flush_interval_s=1)
+    before = encode_records(snapshot(replay(HISTORY[:2])))
+    journal.snapshot_path.write_bytes(
+        encode_records(snapshot(replay(HISTORY[:8]))) if snapshot_written else before
+    )
+    journal.old_path.write_bytes(encode_records(HISTORY[2:8]))
+    journal.log_path.write_bytes(encode_records(HISTORY[8:]))
+    assert state(replay(journal.load())) == state(replay(HISTORY))
 
 
 def test_an_append_after_close_is_refused(tmp_path: Path) -> None:
