@@ -187,6 +187,23 @@ class GroupCommitService(ServiceThread):
             _answer(request, self.flusher.files.flushed_where >= request.next_offset)
 
 
+class ThoroughEvery:
+    """How many dirty pages a periodic flush waits for: ``least_pages``, but none (flush
+    everything) once every ``thorough_ms`` (RocketMQ's flushPhysicQueueThoroughInterval)."""
+
+    def __init__(self, least_pages: int, thorough_ms: int) -> None:
+        self.least_pages = least_pages
+        self.thorough_ms = thorough_ms
+        self._last_thorough_ms = _now_ms()
+
+    def least(self) -> int:
+        now = _now_ms()
+        if now - self._last_thorough_ms >= self.thorough_ms:
+            self._last_thorough_ms = now
+            return 0
+        return self.least_pages
+
+
 class AsyncFlushService(ServiceThread):
     """ASYNC_FLUSH: every interval, flush when enough pages are dirty; everything at a longer interval."""
 
@@ -197,17 +214,10 @@ class AsyncFlushService(ServiceThread):
     ) -> None:
         super().__init__(interval_ms / 1000)
         self.flusher = flusher
-        self.least_pages = least_pages
-        self.thorough_ms = thorough_ms
-        self._last_thorough_ms = _now_ms()
+        self.pages = ThoroughEvery(least_pages, thorough_ms)
 
     def run_once(self) -> None:
-        now = _now_ms()
-        least = self.least_pages
-        if now - self._last_thorough_ms >= self.thorough_ms:
-            self._last_thorough_ms = now
-            least = 0
-        self.flusher.flush(least)
+        self.flusher.flush(self.pages.least())
 
     def on_stop(self) -> None:
         self.flusher.flush_all()
@@ -254,10 +264,8 @@ class ConsumeQueueFlushService(ServiceThread):
         super().__init__(interval_ms / 1000)
         self.dirty = dirty
         self.checkpoint = checkpoint
-        self.least_pages = least_pages
-        self.thorough_ms = thorough_ms
+        self.pages = ThoroughEvery(least_pages, thorough_ms)
         self.before_checkpoint = before_checkpoint
-        self._last_thorough_ms = _now_ms()
         # The store timestamp and the CommitLog offset (a record boundary) that the ConsumeQueues
         # cover once flushed.
         self.covered_timestamp = covered_timestamp
@@ -289,12 +297,7 @@ class ConsumeQueueFlushService(ServiceThread):
         self.checkpoint.flush()
 
     def run_once(self) -> None:
-        now = _now_ms()
-        least = self.least_pages
-        if now - self._last_thorough_ms >= self.thorough_ms:
-            self._last_thorough_ms = now
-            least = 0
-        self.flush_all(least)
+        self.flush_all(self.pages.least())
 
     def on_stop(self) -> None:
         self.flush_all(0)

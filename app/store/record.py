@@ -32,6 +32,7 @@ from app.store.record_format import (
     SIZE_MAGIC,
     TIMESTAMP,
     TOPIC_PATTERN,
+    Tagged,
     decode_properties,
     message_id,
     signed_crc,
@@ -74,7 +75,7 @@ def store_timestamp(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
 
 
 @dataclass(slots=True)
-class StoredMessage:
+class StoredMessage(Tagged):
     """A record read back from the CommitLog."""
 
     topic: str
@@ -97,14 +98,6 @@ class StoredMessage:
     @property
     def msg_id(self) -> str:
         return message_id(self.store_host, self.physical_offset)
-
-    @property
-    def tags(self) -> str:
-        return self.properties.get(PROPERTY_TAGS, "")
-
-    @property
-    def keys(self) -> str:
-        return self.properties.get(PROPERTY_KEYS, "")
 
     @property
     def unique_id(self) -> str:

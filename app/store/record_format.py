@@ -170,8 +170,23 @@ def _parse_properties(text: str) -> dict[str, str]:
     return properties
 
 
+class Tagged:
+    """Tags and keys read from a message's properties, where they travel (TAGS, KEYS)."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get(PROPERTY_TAGS, "")
+
+    @property
+    def keys(self) -> str:
+        return self.properties.get(PROPERTY_KEYS, "")
+
+
 @dataclass(slots=True)
-class Message:
+class Message(Tagged):
     """A message as a producer hands it to the store.
 
     Tags, keys and the unique id travel as properties (TAGS, KEYS, UNIQ_KEY), as in RocketMQ.
@@ -188,14 +203,6 @@ class Message:
     born_host: bytes = b"\0" * 8
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
-
-    @property
-    def tags(self) -> str:
-        return self.properties.get(PROPERTY_TAGS, "")
-
-    @property
-    def keys(self) -> str:
-        return self.properties.get(PROPERTY_KEYS, "")
 
 
 class EncodedRecord(NamedTuple):
