@@ -155,3 +155,21 @@ def test_an_ack_after_the_topic_was_deleted_commits_nothing_and_closes_the_socke
         code, reason = socket.closed()
         assert (code, reason.split()[0]) == (4400, "40014")
     assert all(g["group"] != "orphan" for g in client.get("/v1/groups").json()["groups"])
+
+
+def test_a_message_nacked_past_the_group_s_max_reconsume_times_goes_to_the_dead_letters(
+    ws: WsBroker, client: httpx.Client, topic: str
+) -> None:
+    assert client.put("/v1/groups/doomed/config", json={"max_reconsume_times": 1}).status_code == 200
+    produce(client, topic, "poison", queue_id=0)
+    with ws.subscribe(topic=topic, group="doomed", queues="0", **{"from": "first"}, credit=5) as socket:
+        (first,) = socket.messages(1)
+        socket.send(type="nack", queue_id=0, offset=first["queue_offset"])
+        (again,) = socket.messages(1)
+        assert (again["body"], again["reconsume_times"]) == ("poison", 1)
+        socket.send(type="nack", queue_id=0, offset=first["queue_offset"])
+        # Past the limit: to %DLQ%doomed, acknowledged here, and the commit moves past it.
+        assert socket.next("committed")["offset"] == 1
+    letters = client.get("/v1/topics/%25DLQ%25doomed/queues/0/messages", params={"offset": 0}).json()
+    assert [(m["body"], m["reconsume_times"]) for m in letters["messages"]] == [("poison", 1)]
+    assert letters["messages"][0]["properties"]["DLQ_ORIGIN_TOPIC"] == topic

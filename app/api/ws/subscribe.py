@@ -42,6 +42,7 @@ from app.api.ws.protocol import (
 )
 from app.api.ws.sender import FrameSender
 from app.broker import Broker, read_or_hold
+from app.broker.dead_letter import max_reconsume_times, send_to_dead_letter
 from app.codec import record_to_json
 from app.store import GetMessageStatus
 
@@ -227,7 +228,7 @@ class Subscription:
             elif kind == "ack":
                 await self._ack(frame)
             elif kind == "nack":
-                self._nack(frame)
+                await self._nack(frame)
             elif kind == "status":
                 await self.sender.send(self.status())
             else:
@@ -272,10 +273,24 @@ class Subscription:
             self.broker.commit_offset(self.params.group, self.params.topic, cursor.queue_id, committed)
             await self.sender.send({"type": "committed", "queue_id": cursor.queue_id, "offset": committed})
 
-    def _nack(self, frame: dict[str, Any]) -> None:
+    async def _nack(self, frame: dict[str, Any]) -> None:
+        """Deliver again, ahead of newer messages; past the group's max reconsume times, to the
+        group's dead-letter topic instead (then it counts as acknowledged)."""
         cursor, offsets = self._acknowledged(frame)
-        if cursor is not None and any([cursor.nack(offset) for offset in offsets]):
-            self._notify()
+        if cursor is None or not any([cursor.nack(offset) for offset in offsets]):
+            return
+        assert self.params.group is not None
+        limit = max_reconsume_times(self.broker, self.params.group)
+        dead = [offset for offset in offsets if cursor.nacks.get(offset, 0) > limit]
+        for offset in dead:
+            (stored,) = self.broker.store.read_messages(self.params.topic, cursor.queue_id, offset, 1) or (
+                None,
+            )
+            if stored is not None and stored.queue_offset == offset:
+                await send_to_dead_letter(self.broker, self.params.group, stored, cursor.nacks[offset] - 1)
+        if dead:
+            await self._ack({"queue_id": cursor.queue_id, "offsets": dead})
+        self._notify()
 
     def status(self) -> dict[str, Any]:
         return {
