@@ -253,6 +253,8 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/v1/groups/{group}", on_group, "SUB on the group"),
     Rule("PUT", "/v1/groups/{group}/config", Need.admin("changing a group's settings"), "admin"),
     Rule("POST", "/v1/groups/{group}/retry", retry_message, "SUB on the group and on the message's topic"),
+    Rule("GET", "/v1/groups/{group}/dlq", on_group, "SUB on the group"),
+    Rule("POST", "/v1/groups/{group}/dlq/resend", Need.admin("resending dead letters"), "admin"),
     Rule(
         "POST", "/v1/groups/{group}/topics/{topic}/pop", on_group_topic, "SUB on the group and on the topic"
     ),

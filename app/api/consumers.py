@@ -17,7 +17,7 @@ from app.api.errors import ApiError, ErrorCode
 from app.api.groups import GroupName, queue_offsets
 from app.api.schemas import ErrorEnvelope, GroupQueueOffset
 from app.api.topics import BrokerDep
-from app.broker import group_consume
+from app.broker import dead_letter, group_consume
 from app.broker import retry as retry_module
 from app.broker.groups import Group, Member
 from app.codec import record_to_json
@@ -273,3 +273,92 @@ async def retry(group: GroupName, body: RetryRequest, broker: BrokerDep) -> dict
         await broker.queue_of(body.topic, body.queue_id)
     stored = await asyncio.to_thread(retry_module.find, broker, body.msg_id, *by_place)
     return dataclasses.asdict(await retry_module.send_back(broker, group, stored))
+
+
+class DeadLetter(BaseModel):
+    queue_offset: int
+    msg_id: str
+    original_topic: str
+    original_msg_id: str | None
+    reconsume_times: int
+    store_timestamp: int
+    message: dict[str, Any] = Field(description="The dead letter as a pull answers it")
+
+
+class DeadLetterPage(BaseModel):
+    group: str
+    dead_letters: list[DeadLetter]
+    next_offset: int
+    resent_until: int = Field(description="Dead letters below this offset were resent by a resend of all")
+
+
+class ResendRequest(BaseModel):
+    msg_ids: list[str] | None = Field(None, min_length=1, max_length=1000)
+    all: bool = Field(False, description="Every dead letter not resent yet by an earlier resend of all")
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"all": True}]})
+
+
+class Resent(BaseModel):
+    msg_id: str = Field(description="The dead letter's id")
+    topic: str = Field(description="The topic it went back to")
+    new_msg_id: str
+
+
+class ResendAnswer(BaseModel):
+    group: str
+    resent: list[Resent]
+
+
+@router.get(
+    "/{group}/dlq",
+    response_model=DeadLetterPage,
+    summary="The group's dead letters (%DLQ%{group}): original topic and id, reconsume times",
+    responses={400: {"model": ErrorEnvelope}},
+)
+async def list_dead_letters(
+    group: GroupName,
+    broker: BrokerDep,
+    offset: Annotated[int, Query(ge=0, description="Queue offset in the dead-letter topic")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Most dead letters to answer")] = 100,
+) -> dict[str, Any]:
+    letters, next_offset = await asyncio.to_thread(
+        dead_letter.list_dead_letters, broker, group, offset, limit
+    )
+    topic = dead_letter.dead_letter_topic(group)
+    return {
+        "group": group,
+        "dead_letters": [
+            {
+                "queue_offset": letter.queue_offset,
+                "msg_id": letter.msg_id,
+                "original_topic": dead_letter.original_topic(letter),
+                "original_msg_id": letter.properties.get(dead_letter.PROPERTY_DLQ_ORIGIN_MESSAGE_ID),
+                "reconsume_times": letter.reconsume_times,
+                "store_timestamp": letter.store_timestamp,
+                "message": record_to_json(record),
+            }
+            for letter, record in letters
+        ],
+        "next_offset": max(next_offset, offset),
+        "resent_until": max(broker.store.consumer_offsets.query(group, topic, 0), 0),
+    }
+
+
+@router.post(
+    "/{group}/dlq/resend",
+    response_model=ResendAnswer,
+    summary="Send dead letters back to the topics they were produced to: chosen ones, or all not resent yet",
+    responses=_ERRORS,
+)
+async def resend_dead_letters(group: GroupName, body: ResendRequest, broker: BrokerDep) -> dict[str, Any]:
+    if (body.msg_ids is not None) == body.all:
+        raise ApiError(ErrorCode.BAD_REQUEST, 'give either "msg_ids" or "all": true')
+    sent = await dead_letter.resend(broker, group, body.msg_ids)
+    return {
+        "group": group,
+        "resent": [
+            {"msg_id": letter.msg_id, "topic": dead_letter.original_topic(letter), "new_msg_id": new_id}
+            for letter, new_id in sent
+        ],
+    }

@@ -52,6 +52,8 @@ OPERATION_IDS: dict[str, str] = {
     "describe_group": "getGroup",
     "set_group_config": "setGroupConfig",
     "retry": "retryMessage",
+    "list_dead_letters": "listDeadLetters",
+    "resend_dead_letters": "resendDeadLetters",
     "pop": "popMessages",
     "ack": "ackMessages",
     "nack": "nackMessages",
@@ -156,6 +158,13 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     },
     "getGroup": {404: "The group has no members, committed offsets or settings (40405)"},
     "setGroupConfig": {},
+    "listDeadLetters": {},
+    "resendDeadLetters": {
+        400: 'Neither "msg_ids" nor "all": true, or both (40001)',
+        404: "A msg_id names no dead letter of the group (40404), or its topic is gone (40402)",
+        409: "The original topic does not accept messages (40902)",
+        421: None,
+    },
     "retryMessage": {
         400: "Neither msg_id nor topic, queue_id and offset, or both (40001)",
         404: "No such message here (40404), topic (40402) or queue (40403)",

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from app.broker.errors import TopicNotWritableError
+from app.broker.errors import MessageNotFoundError, TopicNotWritableError
 from app.routing.topic_config import TopicConfig
 from app.store import Message
-from app.store.record import StoredMessage
+from app.store.record import StoredMessage, decode_record
 from app.store.results import AppendResult
 
 if TYPE_CHECKING:
@@ -68,3 +68,62 @@ async def send_to_dead_letter(
     if broker.store.group_commit is not None:
         await asyncio.wrap_future(broker.store.durable([appended]))
     return appended
+
+
+def original_topic(record: StoredMessage) -> str:
+    """The topic a dead letter was first produced to (through the retry topic, if it went there)."""
+    origin = record.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, record.topic)
+    return record.properties.get("RETRY_TOPIC", origin) if origin.startswith("%RETRY%") else origin
+
+
+def list_dead_letters(
+    broker: Broker, group: str, offset: int, limit: int
+) -> tuple[list[tuple[StoredMessage, memoryview]], int]:
+    """Up to ``limit`` dead letters of the group from queue offset ``offset`` (decoded, and their
+    records), and the next offset."""
+    result = broker.store.get_message(dead_letter_topic(group), 0, offset, limit)
+    return [(decode_record(record), record) for record in result.records], result.next_offset
+
+
+async def resend(broker: Broker, group: str, msg_ids: list[str] | None) -> list[tuple[StoredMessage, str]]:
+    """Send dead letters back to the topics they were first produced to, with reconsume times 0:
+    those named by ``msg_ids``, or (None) every one past the group's resend mark, which then moves
+    to the end. (dead letter, msg id of the copy) for each one sent."""
+    topic = dead_letter_topic(group)
+    offsets = broker.store.consumer_offsets
+    if msg_ids is None:
+        start = max(offsets.query(group, topic, 0), 0)
+        end = broker.store.max_offset(topic, 0)
+        chosen = broker.store.read_messages(topic, 0, start, max(end - start, 1)) if end > start else []
+    else:
+        chosen = []
+        for msg_id in msg_ids:
+            found = broker.store.query_message_by_id(msg_id)
+            if found is None or found.topic != topic:
+                raise MessageNotFoundError(f"no dead letter of group {group!r} has id {msg_id}")
+            chosen.append(found)
+    copies = []
+    for letter in chosen:
+        properties = dict(letter.properties)
+        properties.pop(PROPERTY_DLQ_ORIGIN_TOPIC, None)
+        properties.pop(PROPERTY_DLQ_ORIGIN_MESSAGE_ID, None)
+        properties.pop("RETRY_TOPIC", None)
+        destination = original_topic(letter)
+        config = await broker.topic_for_write(destination)
+        copies.append(
+            Message(
+                destination,
+                letter.body,
+                int(letter.msg_id[-8:], 16) % config.write_queue_nums,
+                properties,
+                flag=letter.flag,
+                born_timestamp=letter.born_timestamp,
+                born_host=letter.born_host,
+            )
+        )
+    appended = broker.store.append(copies) if copies else []
+    if appended and broker.store.group_commit is not None:
+        await asyncio.wrap_future(broker.store.durable(appended))
+    if msg_ids is None and chosen:
+        offsets.commit(group, topic, 0, chosen[-1].queue_offset + 1)
+    return [(letter, result.msg_id) for letter, result in zip(chosen, appended, strict=True)]

@@ -40,6 +40,8 @@ OPERATION_IDS = {
     ("get", "/v1/groups/{group}"): "getGroup",
     ("put", "/v1/groups/{group}/config"): "setGroupConfig",
     ("post", "/v1/groups/{group}/retry"): "retryMessage",
+    ("get", "/v1/groups/{group}/dlq"): "listDeadLetters",
+    ("post", "/v1/groups/{group}/dlq/resend"): "resendDeadLetters",
     ("get", "/v1/groups/{group}/offsets"): "getOffsets",
     ("post", "/v1/groups/{group}/topics/{topic}/pop"): "popMessages",
     ("post", "/v1/groups/{group}/topics/{topic}/ack"): "ackMessages",

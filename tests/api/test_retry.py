@@ -79,6 +79,24 @@ def test_a_message_sent_back_comes_again_after_its_delay_then_goes_to_the_dead_l
     assert (letter["body"], letter["unique_id"]) == ("boom", unique_id)
     assert letter["properties"]["DLQ_ORIGIN_TOPIC"] == "%RETRY%workers"
 
+    listed = client.get("/v1/groups/workers/dlq").json()
+    (entry,) = listed["dead_letters"]
+    assert (entry["original_topic"], entry["reconsume_times"], listed["resent_until"]) == ("jobs", 1, 0)
+    assert entry["original_msg_id"] == retried["msg_id"]
+    resent = client.post("/v1/groups/workers/dlq/resend", json={"all": True}).json()["resent"]
+    assert [(item["msg_id"], item["topic"]) for item in resent] == [(entry["msg_id"], "jobs")]
+    # Back in its topic with its id, keys and body, fresh (reconsume 0), and not resent twice.
+    back = client.get("/v1/groups/workers/messages", params={"client_id": "worker", "max_wait_ms": 5000})
+    (fresh,) = [m for m in back.json()["messages"] if m["topic"] == "jobs"]
+    assert (fresh["body"], fresh["unique_id"], fresh["keys"], fresh["reconsume_times"]) == (
+        "boom",
+        unique_id,
+        ["job-1"],
+        0,
+    )
+    assert client.post("/v1/groups/workers/dlq/resend", json={"all": True}).json()["resent"] == []
+    assert client.get("/v1/groups/workers/dlq").json()["resent_until"] == 1
+
 
 def test_a_send_back_names_one_message_one_way(client: httpx.Client) -> None:
     assert client.post("/v1/topics", json={"name": "named", "queues": 1}).status_code == 201
@@ -90,3 +108,7 @@ def test_a_send_back_names_one_message_one_way(client: httpx.Client) -> None:
     assert (neither.status_code, neither.json()["error_code"]) == (400, 40001)
     missing = client.post("/v1/groups/g/retry", json={"topic": "named", "queue_id": 0, "offset": 5})
     assert (missing.status_code, missing.json()["error_code"]) == (404, 40404)
+    vague = client.post("/v1/groups/g/dlq/resend", json={})
+    assert (vague.status_code, vague.json()["error_code"]) == (400, 40001)
+    unknown = client.post("/v1/groups/g/dlq/resend", json={"msg_ids": ["0" * 32]})
+    assert (unknown.status_code, unknown.json()["error_code"]) == (404, 40404)
