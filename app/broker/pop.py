@@ -136,7 +136,10 @@ class PopService:
             await self._record(changes)
             self.dead_letters.send_later(group, topic, doomed)
             remaining = deadline - time.monotonic()
-            if popped or remaining < MIN_HOLD_S:
+            if popped:
+                self.broker.metrics.count_consumed(topic, group, len(popped))
+                return popped
+            if remaining < MIN_HOLD_S:
                 return popped
             if not await self._wait(group, topic, queue_count, remaining, receive):
                 return popped

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.errors import ErrorCode
 from tests.api.server import BrokerProcess
@@ -61,6 +62,15 @@ def test_a_pop_takes_from_every_queue_and_acks_move_the_group_offset(client: htt
     assert settle(client, "ack", "takers", topic, handles(popped)) == ["ok"] * 8
     assert committed(client, "takers", topic) == max_offsets(client, topic)
     assert pop(client, "takers", topic) == []
+    # Counted once as consumed by the group, the empty pops not at all.
+    consumed = [
+        sample.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for sample in family.samples
+        if sample.name == "wharf_messages_consumed_total"
+        and sample.labels == {"topic": topic, "group": "takers"}
+    ]
+    assert consumed == [8]
 
 
 def test_the_group_offset_stops_at_the_first_message_in_flight(client: httpx.Client) -> None:
