@@ -40,21 +40,19 @@ def max_reconsume_times(broker: Broker, group: str) -> int:
     return broker.group_configs.get(group).max_reconsume_times
 
 
-async def send_to_dead_letter(
-    broker: Broker, group: str, record: StoredMessage, reconsume_times: int
-) -> AppendResult:
-    """Append a copy of ``record`` to the group's dead-letter topic (made if needed) and wait
-    until it is as durable as the flush mode promises; where it landed."""
-    topic = dead_letter_topic(group)
+async def group_topic(broker: Broker, topic: str, queues: int, what: str) -> TopicConfig:
+    """A group's own topic (retry or dead letters), made with ``queues`` queues on first use."""
     config = broker.topics.get(topic)
     if config is None:
-        ((config, _),) = await broker.creator.create([TopicConfig(topic, DLQ_QUEUE_NUMS, DLQ_QUEUE_NUMS)])
+        ((config, _),) = await broker.creator.create([TopicConfig(topic, queues, queues)])
     if not config.writable:
-        raise TopicNotWritableError(f"dead-letter topic {topic!r} does not accept messages")
-    properties = dict(record.properties)
-    properties[PROPERTY_DLQ_ORIGIN_TOPIC] = record.topic
-    properties[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = record.msg_id
-    message = Message(
+        raise TopicNotWritableError(f"{what} topic {topic!r} does not accept messages")
+    return config
+
+
+def copy_to(record: StoredMessage, topic: str, properties: dict[str, str], reconsume_times: int) -> Message:
+    """A copy of ``record`` for queue 0 of ``topic``: body, flag, born time and host kept."""
+    return Message(
         topic,
         record.body,
         0,
@@ -64,10 +62,27 @@ async def send_to_dead_letter(
         born_host=record.born_host,
         reconsume_times=reconsume_times,
     )
+
+
+async def append_durably(broker: Broker, message: Message) -> AppendResult:
+    """Append one message and wait until it is as durable as the flush mode promises."""
     (appended,) = broker.store.append([message])
     if broker.store.group_commit is not None:
         await asyncio.wrap_future(broker.store.durable([appended]))
     return appended
+
+
+async def send_to_dead_letter(
+    broker: Broker, group: str, record: StoredMessage, reconsume_times: int
+) -> AppendResult:
+    """Append a copy of ``record`` to the group's dead-letter topic (made if needed) and wait
+    until it is as durable as the flush mode promises; where it landed."""
+    topic = dead_letter_topic(group)
+    await group_topic(broker, topic, DLQ_QUEUE_NUMS, "dead-letter")
+    properties = dict(record.properties)
+    properties[PROPERTY_DLQ_ORIGIN_TOPIC] = record.topic
+    properties[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = record.msg_id
+    return await append_durably(broker, copy_to(record, topic, properties, reconsume_times))
 
 
 def original_topic(record: StoredMessage) -> str:

@@ -14,14 +14,17 @@ was first produced to and ``ORIGIN_MESSAGE_ID`` its first message id.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
-from app.broker.dead_letter import max_reconsume_times, send_to_dead_letter
-from app.broker.errors import MessageNotFoundError, TopicNotWritableError
-from app.routing.topic_config import TopicConfig
-from app.store import Message
+from app.broker.dead_letter import (
+    append_durably,
+    copy_to,
+    group_topic,
+    max_reconsume_times,
+    send_to_dead_letter,
+)
+from app.broker.errors import MessageNotFoundError
 from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
 from app.store.record import StoredMessage
 
@@ -73,28 +76,13 @@ async def send_back(broker: Broker, group: str, stored: StoredMessage) -> SentBa
         dead = await send_to_dead_letter(broker, group, stored, stored.reconsume_times)
         return SentBack("DEAD_LETTER", dead.topic, dead.msg_id, stored.reconsume_times)
     topic = retry_topic(group)
-    config = broker.topics.get(topic)
-    if config is None:
-        ((config, _),) = await broker.creator.create([TopicConfig(topic, RETRY_QUEUE_NUMS, RETRY_QUEUE_NUMS)])
-    if not config.writable:
-        raise TopicNotWritableError(f"retry topic {topic!r} does not accept messages")
+    await group_topic(broker, topic, RETRY_QUEUE_NUMS, "retry")
     properties = dict(stored.properties)
     properties.setdefault(PROPERTY_RETRY_TOPIC, stored.topic)
     properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, stored.msg_id)
-    message = Message(
-        topic,
-        stored.body,
-        0,
-        properties,
-        flag=stored.flag,
-        born_timestamp=stored.born_timestamp,
-        born_host=stored.born_host,
-        reconsume_times=reconsume_times,
-    )
+    message = copy_to(stored, topic, properties, reconsume_times)
     level = FIRST_RETRY_LEVEL + stored.reconsume_times
     broker.delays.schedule_at_level(message, level)
-    (appended,) = broker.store.append([message])
-    if broker.store.group_commit is not None:
-        await asyncio.wrap_future(broker.store.durable([appended]))
+    appended = await append_durably(broker, message)
     broker.delays.wakeup()
     return SentBack("RETRY", topic, appended.msg_id, reconsume_times, min(level, 18))
