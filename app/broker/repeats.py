@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.broker.idempotency import IdempotencyWindow
 from app.store.record import StoredMessage
@@ -13,7 +13,16 @@ from app.store.record_format import SYSFLAG_PRODUCER_UNIQ_KEY
 from app.store.results import AppendResult, PutStatus
 
 if TYPE_CHECKING:
-    from app.broker.core import Broker
+    from app.broker.delay import DelayedDelivery
+    from app.store import MessageStore
+
+
+class Broker(Protocol):
+    """What answering a repeat needs of the broker core."""
+
+    store: MessageStore
+    delays: DelayedDelivery
+    idempotency: IdempotencyWindow
 
 
 def stored_first(
