@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from tests.api.server import BrokerProcess
 from tests.cli.conftest import Wharf
@@ -23,16 +24,23 @@ def test_cluster_status_names_this_broker(wharf: Wharf, broker: BrokerProcess) -
 
 def test_admin_clean_reports_the_pass(wharf: Wharf) -> None:
     report = json.loads(wharf("admin", "clean", "--json").stdout)
-    assert report["reasons"] == ["manual"] and report["commitlog_segments"] == 0
+    # "manual" always; "disk" too when this machine's disk is past the cleaning ratio.
+    assert "manual" in report["reasons"] and set(report["reasons"]) <= {"manual", "disk"}
+    assert report["commitlog_segments"] == 0  # the only segment is the one being written
     assert "commitlog segments deleted" in wharf("admin", "clean").stdout
 
 
+def used_percent(path: Path) -> float:
+    stat = os.statvfs(path)
+    return (stat.f_blocks - stat.f_bavail) * 100 / stat.f_blocks
+
+
 def test_admin_disk_reads_the_store_partition(wharf: Wharf, broker: BrokerProcess) -> None:
+    before = used_percent(broker.store_dir)
     usage = json.loads(wharf("admin", "disk", "--json").stdout)
-    stat = os.statvfs(broker.store_dir)
-    used = (stat.f_blocks - stat.f_bavail) * 100 / stat.f_blocks
-    # Other processes write to this disk too: near, not equal.
-    assert abs(usage["used_percent"] - used) < 2.0
+    after = used_percent(broker.store_dir)
+    # Other processes write to this disk too: the broker's reading lies between ours.
+    assert min(before, after) - 0.5 <= usage["used_percent"] <= max(before, after) + 0.5
     assert (usage["refuse_writes_percent"], usage["accept_writes_percent"]) == (90, 85)
     assert usage["writable"] is (usage["used_percent"] <= 90)
     assert "accepting writes" in wharf("admin", "disk").stdout
