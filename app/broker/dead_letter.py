@@ -27,6 +27,8 @@ DLQ_TOPIC_PREFIX = "%DLQ%"
 DLQ_QUEUE_NUMS = 1
 PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+# A resend of all holds at most this many dead letters in memory at once.
+MAX_RESEND = 1000
 
 
 def dead_letter_topic(group: str) -> str:
@@ -102,14 +104,15 @@ def list_dead_letters(
 
 async def resend(broker: Broker, group: str, msg_ids: list[str] | None) -> list[tuple[StoredMessage, str]]:
     """Send dead letters back to the topics they were first produced to, with reconsume times 0:
-    those named by ``msg_ids``, or (None) every one past the group's resend mark, which then moves
-    to the end. (dead letter, msg id of the copy) for each one sent."""
+    those named by ``msg_ids``, or (None) the next :data:`MAX_RESEND` past the group's resend mark,
+    which then moves past them (call again for more). (dead letter, msg id of the copy) for each one sent."""
     topic = dead_letter_topic(group)
     offsets = broker.store.consumer_offsets
     if msg_ids is None:
         start = max(offsets.query(group, topic, 0), 0)
         end = broker.store.max_offset(topic, 0)
-        chosen = broker.store.read_messages(topic, 0, start, max(end - start, 1)) if end > start else []
+        count = min(end - start, MAX_RESEND)
+        chosen = broker.store.read_messages(topic, 0, start, count) if count > 0 else []
     else:
         chosen = []
         for msg_id in msg_ids:

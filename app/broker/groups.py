@@ -83,6 +83,7 @@ class ConsumerGroups:
             first_generation if first_generation is not None else time.time_ns() // 1_000_000
         )
         self._groups: dict[str, Group] = {}
+        self._last_sweep = clock()
 
     def _generation(self) -> int:
         self._next_generation += 1
@@ -100,6 +101,7 @@ class ConsumerGroups:
     def heartbeat(self, name: str, member: Member) -> Group:
         """Add or renew ``member``; refused when the group's other members use another model or
         allocation strategy (they would allocate the queues differently)."""
+        self._sweep_if_due()
         if member.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {member.strategy!r}")
         group = self._groups.get(name)
@@ -164,6 +166,16 @@ class ConsumerGroups:
         self._settle(group, self._expire(group))
 
     def topics_changed(self) -> None:
+        for group in list(self._groups.values()):
+            self.refresh(group)
+
+    def _sweep_if_due(self) -> None:
+        """Once per expiry period, drop the silent members of every group, so that a group nobody
+        looks at again does not keep its departed members (and itself) in memory."""
+        now = self.clock()
+        if now - self._last_sweep < self.expiry_s:
+            return
+        self._last_sweep = now
         for group in list(self._groups.values()):
             self.refresh(group)
 

@@ -113,3 +113,14 @@ def test_a_member_with_another_model_or_strategy_is_refused() -> None:
         groups.heartbeat("g", Member("b", {"t": "*"}, strategy="consistent_hash"))
     with pytest.raises(GroupConflictError):
         groups.heartbeat("g", Member("b", {"t": "*"}, model="broadcasting"))
+
+
+def test_a_group_nobody_looks_at_again_is_dropped_once_its_members_expired() -> None:
+    clock = Clock()
+    groups = ConsumerGroups(lambda topic: 2, expiry_s=30, clock=clock)
+    for index in range(100):
+        groups.heartbeat(f"gone-{index}", Member("a", {"t": "*"}))
+    clock.now += 31
+    # Any other group's heartbeat sweeps: the silent groups leave memory without being looked at.
+    groups.heartbeat("alive", Member("b", {"t": "*"}))
+    assert groups.names() == ["alive"]
