@@ -189,3 +189,21 @@ def test_the_rate_chart_has_a_time_axis_in_local_time(
     assert int(page.locator("body").get_attribute("data-refreshes")) > refreshes
     assert steady_row.evaluate("row => row.isConnected")
     assert_no_horizontal_overflow(page)
+
+
+def test_a_refresh_keeps_the_buttons_of_a_row_whose_figures_changed(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client
+) -> None:
+    topic = "console-refresh-keeps-buttons"
+    assert client.post("/v1/topics", json={"name": topic, "queues": 1}).status_code == 201
+    page = open_console(pages, broker, (1280, 800))
+    row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+    expect(row).to_contain_text("#0: 0..0")
+    button = row.locator("button.browse").element_handle()
+
+    assert client.post(f"/v1/topics/{topic}/messages", json={"body": "one"}).status_code == 200
+    expect(row).to_contain_text("#0: 0..1")  # the next refresh drew the new figures
+
+    assert button.evaluate("button => button.isConnected"), "the refresh replaced the row's buttons"
+    button.click()
+    expect(page.locator("#messages")).to_contain_text("one")

@@ -29,8 +29,8 @@ function replaceRows(tbody, rows, empty = "none yet") {
 }
 
 /**
- * Sets `tbody`'s rows to one per item, keeping the row of an item that has not changed: a refresh
- * every 2 s must not take a button away from under a finger or a pointer.
+ * Sets `tbody`'s rows to one per item, keeping each item's row and the cells of it that have not
+ * changed: a refresh every 2 s must not take a button away from under a finger or a pointer.
  */
 function updateRows(tbody, items, keyOf, render, empty) {
   const old = new Map();
@@ -41,6 +41,11 @@ function updateRows(tbody, items, keyOf, render, empty) {
     const kept = old.get(key);
     if (kept && kept.dataset.signature === signature) return kept;
     const row = render(item);
+    if (kept) {
+      patchCells(kept, row);
+      kept.dataset.signature = signature;
+      return kept;
+    }
     row.dataset.key = key;
     row.dataset.signature = signature;
     return row;
@@ -50,6 +55,19 @@ function updateRows(tbody, items, keyOf, render, empty) {
   if (rows.length !== current.length || rows.some((row, index) => row !== current[index])) {
     replaceRows(tbody, rows, empty);
   }
+}
+
+/** Gives `kept` the cells of `fresh` that differ, so an unchanged cell (and its buttons) stays. */
+function patchCells(kept, fresh) {
+  const before = [...kept.children];
+  const after = [...fresh.children];
+  if (before.length !== after.length) {
+    kept.replaceChildren(...after);
+    return;
+  }
+  after.forEach((cell, index) => {
+    if (before[index].outerHTML !== cell.outerHTML) before[index].replaceWith(cell);
+  });
 }
 
 function show(node, text, bad = false) {
