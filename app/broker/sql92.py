@@ -1,0 +1,445 @@
+"""SQL92 filter expressions over message properties, as RocketMQ's ``MessageSelector.bySql``.
+
+    region = 'eu' AND (price BETWEEN 10 AND 99.5 OR vip IS NOT NULL) AND TAGS IN ('a', 'b')
+
+The grammar (lark, LALR) has comparisons ``= <> < <= > >=``, ``[NOT] BETWEEN x AND y``,
+``[NOT] IN ('s', ...)``, ``IS [NOT] NULL``, ``AND``, ``OR``, ``NOT``, parentheses, string literals in
+single quotes (``''`` is a quote), numbers (``10``, ``-2.5``, ``1e3``) and ``TRUE``/``FALSE``.
+Keywords are case-insensitive; property names are not. ``TAGS`` is the message's tag.
+
+Semantics (RocketMQ's, with three-valued logic):
+
+- A property is a string, or NULL when the message does not have it. A comparison with a NULL
+  side is unknown; ``NOT`` unknown is unknown, ``FALSE AND`` unknown is false, ``TRUE OR`` unknown is
+  true; a message matches only when the whole expression is true.
+- Numbers compare as numbers: a property compared with a number is read as one (``'10' > 9``); one
+  that is not a number makes the comparison unknown. ``<``, ``<=``, ``>``, ``>=`` and ``BETWEEN``
+  take numbers (two properties compare as numbers when both are); a string literal there is a
+  parse error. ``=`` and ``<>`` between strings compare the text.
+- A property compared with ``TRUE``/``FALSE`` holds "true" or "false" (any case).
+- ``IN`` takes string literals.
+
+:func:`compile_sql92` parses an expression once (compiled expressions are cached, bounded) into a
+:class:`Sql92Filter`, the store's :class:`~app.store.filter.MessageFilter`: when the expression can
+only be true for some tags (``TAGS = 'a' AND ...``, ``TAGS IN (...)``), those tags' hashes prefilter
+the ConsumeQueue entries; records that pass have their properties decoded and the expression
+evaluated. Evaluation never raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from lark import Lark, Token, Transformer_NonRecursive, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+from lark.exceptions import VisitError
+
+from app.store.record import record_properties
+from app.store.record_format import PROPERTY_TAGS, tags_hash
+
+MAX_EXPRESSION_LENGTH = 4096
+# Parentheses and NOT nest at most this deep (evaluation recurses once per level).
+MAX_NESTING = 64
+# Compiled expressions kept (the least recently used go first).
+CACHE_SIZE = 1024
+
+GRAMMAR = r"""
+?start: disjunction
+
+?disjunction: conjunction (_OR conjunction)*
+?conjunction: negation (_AND negation)*
+?negation: predicate
+    | NOT negation                                -> not_
+
+?predicate: operand COMPARATOR operand            -> compare
+    | operand BETWEEN operand _AND operand        -> between
+    | operand NOT BETWEEN operand _AND operand    -> not_between
+    | operand IN "(" STRING ("," STRING)* ")"     -> in_
+    | operand NOT IN "(" STRING ("," STRING)* ")" -> not_in
+    | operand IS NULL                             -> is_null
+    | operand IS NOT NULL                         -> is_not_null
+    | BOOLEAN                                     -> boolean
+    | "(" disjunction ")"                         -> group
+
+?operand: IDENTIFIER                              -> property
+    | STRING                                      -> string
+    | NUMBER                                      -> number
+    | BOOLEAN                                     -> boolean_value
+
+_OR.2: /or\b/i
+_AND.2: /and\b/i
+NOT.2: /not\b/i
+BETWEEN.2: /between\b/i
+IN.2: /in\b/i
+IS.2: /is\b/i
+NULL.2: /null\b/i
+BOOLEAN.2: /(true|false)\b/i
+COMPARATOR: "<>" | "<=" | ">=" | "=" | "<" | ">"
+IDENTIFIER: /[A-Za-z_$][A-Za-z0-9_$.]*/
+STRING: /'(?:[^']|'')*'/
+NUMBER: /[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?/
+
+%import common.WS
+%ignore WS
+"""
+
+# The basic lexer keeps keywords reserved: NULL is never a property name, wherever it stands.
+_PARSER = Lark(GRAMMAR, parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=False)
+
+# What a parse error names instead of a terminal's name.
+_TERMINALS = {
+    "_OR": "OR",
+    "_AND": "AND",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "$END": "the end",
+    "COMPARATOR": "a comparison (= <> < <= > >=)",
+    "IDENTIFIER": "a property name",
+    "STRING": "a string in single quotes",
+    "NUMBER": "a number",
+    "BOOLEAN": "TRUE or FALSE",
+}
+
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+Value = str | int | float | bool | None
+Properties = dict[str, str]
+# Evaluates to True, False or None (unknown).
+Predicate = Callable[[Properties], bool | None]
+Operand = Callable[[Properties], Value]
+
+
+class Sql92Error(ValueError):
+    """An expression that does not parse; ``line`` and ``column`` (from 1) say where."""
+
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(f"line {line}, column {column}: {message}")
+        self.reason = message
+        self.line = line
+        self.column = column
+
+
+@dataclass(frozen=True, slots=True)
+class Sql92Filter:
+    """A compiled expression: a :class:`~app.store.filter.MessageFilter`."""
+
+    expression: str
+    codes: frozenset[int] | None
+    predicate: Predicate
+
+    def matches(self, properties: Properties) -> bool:
+        """Whether a message with these properties (its tag under TAGS) matches."""
+        try:
+            return self.predicate(properties) is True
+        except Exception:  # an odd value the checks did not foresee is no match, never a fault
+            return False
+
+    def matches_record(self, record: memoryview) -> bool:
+        try:
+            properties = record_properties(record)
+        except (UnicodeDecodeError, ValueError, IndexError):
+            return False
+        return self.matches(properties)
+
+
+def compile_sql92(expression: str) -> Sql92Filter:
+    """The filter for ``expression``; Sql92Error says what does not parse and where."""
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise Sql92Error(f"the expression is longer than {MAX_EXPRESSION_LENGTH} characters", 1, 1)
+    return _compile(expression)
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _compile(expression: str) -> Sql92Filter:
+    try:
+        tree = _PARSER.parse(expression)
+    except UnexpectedInput as exc:
+        raise _syntax_error(expression, exc) from None
+    try:
+        node = _Compiler().transform(tree)
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, Sql92Error):
+            raise exc.orig_exc from None
+        raise
+    if not isinstance(node, _Node):  # a lone operand: the grammar does not produce one
+        raise Sql92Error("the expression is not a condition", 1, 1)
+    tags = node.tags
+    codes = frozenset(tags_hash(tag) for tag in tags) if tags is not None else None
+    return Sql92Filter(expression, codes, node.predicate)
+
+
+def _syntax_error(expression: str, exc: UnexpectedInput) -> Sql92Error:
+    if isinstance(exc, UnexpectedCharacters):
+        return Sql92Error(f"unexpected character {exc.char!r}", max(exc.line, 1), max(exc.column, 1))
+    expected = sorted({_TERMINALS.get(name, name) for name in getattr(exc, "expected", None) or ()})
+    hint = f"; expected {', '.join(expected)}" if expected else ""
+    token = getattr(exc, "token", None)
+    if isinstance(exc, UnexpectedEOF) or token is None or token.type == "$END":
+        lines = expression.split("\n")
+        return Sql92Error(f"the expression ends too early{hint}", len(lines), len(lines[-1]) + 1)
+    return Sql92Error(f"unexpected {str(token)!r}{hint}", max(exc.line, 1), max(exc.column, 1))
+
+
+# -- compiling the parse tree into closures ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """A compiled condition: its predicate, how deep it nests, and the tags it needs (None: any)."""
+
+    predicate: Predicate
+    depth: int = 1
+    tags: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Operand:
+    evaluate: Operand
+    kind: str  # "property", "string", "number", "boolean"
+    token: Token
+    constant: Value = None
+
+    def is_tags(self) -> bool:
+        return self.kind == "property" and self.token == PROPERTY_TAGS
+
+
+def _nested(token_or_node: object, depth: int) -> int:
+    if depth > MAX_NESTING:
+        line = getattr(token_or_node, "line", 1) or 1
+        column = getattr(token_or_node, "column", 1) or 1
+        raise Sql92Error(f"the expression nests deeper than {MAX_NESTING} levels", line, column)
+    return depth
+
+
+class _Compiler(Transformer_NonRecursive[Token, object]):
+    # -- operands
+
+    def property(self, children: list[Token]) -> _Operand:
+        (token,) = children
+        name = str(token)
+        return _Operand(lambda properties: properties.get(name), "property", token)
+
+    def string(self, children: list[Token]) -> _Operand:
+        (token,) = children
+        value = token[1:-1].replace("''", "'")
+        return _Operand(lambda _: value, "string", token, value)
+
+    def number(self, children: list[Token]) -> _Operand:
+        (token,) = children
+        value = _to_number(str(token))
+        return _Operand(lambda _: value, "number", token, value)
+
+    def boolean_value(self, children: list[Token]) -> _Operand:
+        (token,) = children
+        value = token.lower() == "true"
+        return _Operand(lambda _: value, "boolean", token, value)
+
+    # -- conditions
+
+    def boolean(self, children: list[Token]) -> _Node:
+        (token,) = children
+        value = token.lower() == "true"
+        return _Node(lambda _: value)
+
+    def group(self, children: list[_Node]) -> _Node:
+        (node,) = children
+        return _Node(node.predicate, _nested(node, node.depth + 1), node.tags)
+
+    def not_(self, children: list[object]) -> _Node:
+        token, node = children
+        assert isinstance(node, _Node)
+        return _Node(_not(node.predicate), _nested(token, node.depth + 1))
+
+    def disjunction(self, children: list[_Node]) -> _Node:
+        tags: frozenset[str] | None = frozenset()
+        for node in children:
+            tags = None if tags is None or node.tags is None else tags | node.tags
+        return _Node(_any([node.predicate for node in children]), max(n.depth for n in children) + 1, tags)
+
+    def conjunction(self, children: list[_Node]) -> _Node:
+        tags: frozenset[str] | None = None
+        for node in children:
+            if node.tags is not None:
+                tags = node.tags if tags is None else tags & node.tags
+        return _Node(_all([node.predicate for node in children]), max(n.depth for n in children) + 1, tags)
+
+    def compare(self, children: list[object]) -> _Node:
+        left, operator, right = children
+        assert isinstance(left, _Operand) and isinstance(right, _Operand) and isinstance(operator, Token)
+        op = str(operator)
+        if op not in ("=", "<>"):
+            _check_ordered(left, op)
+            _check_ordered(right, op)
+        tags = None
+        if op == "=" and left.is_tags() and right.kind == "string":
+            tags = frozenset([str(right.constant)])
+        elif op == "=" and right.is_tags() and left.kind == "string":
+            tags = frozenset([str(left.constant)])
+        return _Node(_comparison(left.evaluate, op, right.evaluate), tags=tags)
+
+    def between(self, children: list[object]) -> _Node:
+        value, _, low, high = children
+        return _Node(self._between(value, low, high))
+
+    def not_between(self, children: list[object]) -> _Node:
+        value, _, _, low, high = children
+        return _Node(_not(self._between(value, low, high)))
+
+    def _between(self, value: object, low: object, high: object) -> Predicate:
+        assert isinstance(value, _Operand) and isinstance(low, _Operand) and isinstance(high, _Operand)
+        for operand in (value, low, high):
+            _check_ordered(operand, "BETWEEN")
+        return _all(
+            [
+                _comparison(value.evaluate, ">=", low.evaluate),
+                _comparison(value.evaluate, "<=", high.evaluate),
+            ]
+        )
+
+    def in_(self, children: list[object]) -> _Node:
+        value, _, *strings = children
+        assert isinstance(value, _Operand)
+        choices = frozenset(str(token)[1:-1].replace("''", "'") for token in strings)
+        return _Node(_membership(value.evaluate, choices), tags=choices if value.is_tags() else None)
+
+    def not_in(self, children: list[object]) -> _Node:
+        value, _, _, *strings = children
+        assert isinstance(value, _Operand)
+        choices = frozenset(str(token)[1:-1].replace("''", "'") for token in strings)
+        return _Node(_not(_membership(value.evaluate, choices)))
+
+    def is_null(self, children: list[object]) -> _Node:
+        value = children[0]
+        assert isinstance(value, _Operand)
+        evaluate = value.evaluate
+        return _Node(lambda properties: evaluate(properties) is None)
+
+    def is_not_null(self, children: list[object]) -> _Node:
+        value = children[0]
+        assert isinstance(value, _Operand)
+        evaluate = value.evaluate
+        return _Node(lambda properties: evaluate(properties) is not None)
+
+
+def _check_ordered(operand: _Operand, operator: str) -> None:
+    """``<``, ``>``, ... and BETWEEN compare numbers: a string or boolean literal there is an error."""
+    if operand.kind in ("string", "boolean"):
+        token = operand.token
+        raise Sql92Error(
+            f"{operator} compares numbers, not the {operand.kind} {str(token)!r}",
+            token.line or 1,
+            token.column or 1,
+        )
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+
+
+def _to_number(text: str) -> int | float | None:
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    if _NUMBER.fullmatch(text):
+        return float(text)
+    return None
+
+
+def _is_number(value: Value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _comparable(left: Value, right: Value) -> tuple[Value, Value] | None:
+    """Both values of one type (numbers as numbers), or None when they cannot be compared."""
+    if left is None or right is None:
+        return None
+    if isinstance(left, bool) or isinstance(right, bool):
+        if isinstance(left, str):
+            left = {"true": True, "false": False}.get(left.lower())
+        if isinstance(right, str):
+            right = {"true": True, "false": False}.get(right.lower())
+        return (left, right) if isinstance(left, bool) and isinstance(right, bool) else None
+    if _is_number(left) or _is_number(right):
+        left = _to_number(left) if isinstance(left, str) else left
+        right = _to_number(right) if isinstance(right, str) else right
+        return (left, right) if left is not None and right is not None else None
+    return left, right
+
+
+def _comparison(left: Operand, operator: str, right: Operand) -> Predicate:
+    equality = operator in ("=", "<>")
+    test = _TESTS[operator]
+
+    def compare(properties: Properties) -> bool | None:
+        pair = _comparable(left(properties), right(properties))
+        if pair is None:
+            return None
+        a, b = pair
+        if not equality and not (_is_number(a) and _is_number(b)):
+            # Strings (two properties) are ordered only when both are numbers; booleans never.
+            if not isinstance(a, str) or not isinstance(b, str):
+                return None
+            a, b = _to_number(a), _to_number(b)
+            if a is None or b is None:
+                return None
+        return test(a, b)
+
+    return compare
+
+
+_TESTS: dict[str, Callable[[object, object], bool]] = {
+    "=": lambda a, b: a == b,
+    "<>": lambda a, b: a != b,
+    "<": lambda a, b: a < b,  # type: ignore[operator]
+    "<=": lambda a, b: a <= b,  # type: ignore[operator]
+    ">": lambda a, b: a > b,  # type: ignore[operator]
+    ">=": lambda a, b: a >= b,  # type: ignore[operator]
+}
+
+
+def _membership(value: Operand, choices: frozenset[str]) -> Predicate:
+    def member(properties: Properties) -> bool | None:
+        found = value(properties)
+        return found in choices if isinstance(found, str) else None
+
+    return member
+
+
+def _not(predicate: Predicate) -> Predicate:
+    def negation(properties: Properties) -> bool | None:
+        value = predicate(properties)
+        return None if value is None else not value
+
+    return negation
+
+
+def _all(predicates: Iterable[Predicate]) -> Predicate:
+    parts = tuple(predicates)
+
+    def conjunction(properties: Properties) -> bool | None:
+        unknown = False
+        for predicate in parts:
+            value = predicate(properties)
+            if value is False:
+                return False
+            unknown = unknown or value is None
+        return None if unknown else True
+
+    return conjunction
+
+
+def _any(predicates: Iterable[Predicate]) -> Predicate:
+    parts = tuple(predicates)
+
+    def disjunction(properties: Properties) -> bool | None:
+        unknown = False
+        for predicate in parts:
+            value = predicate(properties)
+            if value is True:
+                return True
+            unknown = unknown or value is None
+        return None if unknown else False
+
+    return disjunction
