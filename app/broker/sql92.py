@@ -36,8 +36,14 @@ from dataclasses import dataclass
 from lark import Lark, Token, Transformer_NonRecursive, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.exceptions import VisitError
 
-from app.store.record import record_properties
-from app.store.record_format import PROPERTY_TAGS, tags_hash
+from app.store.record import record_property_bytes
+from app.store.record_format import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    decode_properties,
+    tags_hash,
+)
 
 MAX_EXPRESSION_LENGTH = 4096
 # Parentheses and NOT nest at most this deep (evaluation recurses once per level).
@@ -130,6 +136,9 @@ class Sql92Filter:
     expression: str
     codes: frozenset[int] | None
     predicate: Predicate
+    # Encoded ``name=value`` pairs a match must hold (from ``name = 'value'`` conditions it needs):
+    # a record without one of them is passed over before its properties are decoded.
+    needles: tuple[bytes, ...] = ()
 
     def matches(self, properties: Properties) -> bool:
         """Whether a message with these properties (its tag under TAGS) matches."""
@@ -140,7 +149,11 @@ class Sql92Filter:
 
     def matches_record(self, record: memoryview) -> bool:
         try:
-            properties = record_properties(record)
+            raw = record_property_bytes(record)
+            for needle in self.needles:
+                if needle not in raw:
+                    return False
+            properties = decode_properties(raw)
         except (UnicodeDecodeError, ValueError, IndexError):
             return False
         return self.matches(properties)
@@ -169,7 +182,7 @@ def _compile(expression: str) -> Sql92Filter:
         raise Sql92Error("the expression is not a condition", 1, 1)
     tags = node.tags
     codes = frozenset(tags_hash(tag) for tag in tags) if tags is not None else None
-    return Sql92Filter(expression, codes, node.predicate)
+    return Sql92Filter(expression, codes, node.predicate, tuple(sorted(node.needles)))
 
 
 def _syntax_error(expression: str, exc: UnexpectedInput) -> Sql92Error:
@@ -189,11 +202,13 @@ def _syntax_error(expression: str, exc: UnexpectedInput) -> Sql92Error:
 
 @dataclass(frozen=True, slots=True)
 class _Node:
-    """A compiled condition: its predicate, how deep it nests, and the tags it needs (None: any)."""
+    """A compiled condition: its predicate, how deep it nests, the tags it needs (None: any), and
+    the encoded properties it needs."""
 
     predicate: Predicate
     depth: int = 1
     tags: frozenset[str] | None = None
+    needles: frozenset[bytes] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +262,7 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
 
     def group(self, children: list[_Node]) -> _Node:
         (node,) = children
-        return _Node(node.predicate, _nested(node, node.depth + 1), node.tags)
+        return _Node(node.predicate, _nested(node, node.depth + 1), node.tags, node.needles)
 
     def not_(self, children: list[object]) -> _Node:
         token, node = children
@@ -265,7 +280,9 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
         for node in children:
             if node.tags is not None:
                 tags = node.tags if tags is None else tags & node.tags
-        return _Node(_all([node.predicate for node in children]), max(n.depth for n in children) + 1, tags)
+        needles = frozenset().union(*(node.needles for node in children))
+        depth = max(node.depth for node in children) + 1
+        return _Node(_all([node.predicate for node in children]), depth, tags, needles)
 
     def compare(self, children: list[object]) -> _Node:
         left, operator, right = children
@@ -274,12 +291,22 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
         if op not in ("=", "<>"):
             _check_ordered(left, op)
             _check_ordered(right, op)
-        tags = None
-        if op == "=" and left.is_tags() and right.kind == "string":
-            tags = frozenset([str(right.constant)])
-        elif op == "=" and right.is_tags() and left.kind == "string":
-            tags = frozenset([str(left.constant)])
-        return _Node(_comparison(left.evaluate, op, right.evaluate), tags=tags)
+        if left.kind != "property" and right.kind == "property":
+            left, right, op = right, left, _MIRRORED[op]
+        if left.kind == "property" and right.kind != "property":
+            predicate = _property_test(str(left.token), op, right.constant)
+        else:
+            predicate = _comparison(left.evaluate, op, right.evaluate)
+        tags: frozenset[str] | None = None
+        needles: frozenset[bytes] = frozenset()
+        if op == "=" and left.kind == "property" and right.kind == "string":
+            value = str(right.constant)
+            tags = frozenset([value]) if left.is_tags() else None
+            if NAME_VALUE_SEPARATOR not in value and PROPERTY_SEPARATOR not in value:
+                needles = frozenset(
+                    [f"{left.token}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}".encode()]
+                )
+        return _Node(predicate, tags=tags, needles=needles)
 
     def between(self, children: list[object]) -> _Node:
         value, _, low, high = children
@@ -366,6 +393,44 @@ def _comparable(left: Value, right: Value) -> tuple[Value, Value] | None:
         right = _to_number(right) if isinstance(right, str) else right
         return (left, right) if left is not None and right is not None else None
     return left, right
+
+
+_MIRRORED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _property_test(name: str, operator: str, constant: Value) -> Predicate:
+    """A property against a literal, the common case, with the literal's type settled once."""
+    test = _TESTS[operator]
+    if isinstance(constant, bool):
+        wanted = constant
+
+        def against_boolean(properties: Properties) -> bool | None:
+            found = properties.get(name)
+            if found is None:
+                return None
+            value = _BOOLEANS.get(found.lower())
+            return None if value is None else test(value, wanted)
+
+        return against_boolean
+    if isinstance(constant, int | float):
+        number = constant
+
+        def against_number(properties: Properties) -> bool | None:
+            found = properties.get(name)
+            value = _to_number(found) if found is not None else None
+            return None if value is None else test(value, number)
+
+        return against_number
+    text = constant
+
+    def against_string(properties: Properties) -> bool | None:
+        found = properties.get(name)
+        return None if found is None else test(found, text)
+
+    return against_string
+
+
+_BOOLEANS = {"true": True, "false": False}
 
 
 def _comparison(left: Operand, operator: str, right: Operand) -> Predicate:

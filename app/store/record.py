@@ -51,6 +51,7 @@ __all__ = [
     "message_size",
     "record_is",
     "record_properties",
+    "record_property_bytes",
     "record_tags",
     "store_timestamp",
 ]
@@ -283,6 +284,11 @@ def _properties_at(buf: bytes | memoryview) -> int:
     (body_len,) = INT.unpack_from(buf, POS_BODY - 4)
     topic_len_at: int = POS_BODY + body_len
     return topic_len_at + 1 + buf[topic_len_at] + 2
+
+
+def record_property_bytes(buf: bytes | memoryview) -> bytes:
+    """The encoded properties of a record (``name\\x01value\\x02`` each), copied, not decoded."""
+    return bytes(buf[_properties_at(buf) :])
 
 
 def record_properties(buf: bytes | memoryview) -> dict[str, str]:

@@ -14,7 +14,7 @@ from app.broker.errors import InvalidFilterExpressionError, InvalidParameterErro
 from app.broker.filters import SQL92, FilterExpression, filter_of
 from app.broker.sql92 import Sql92Error, compile_sql92
 from app.store import GetMessageStatus, MessageStore, decode_record
-from app.store.record_format import Message, tags_hash
+from app.store.record_format import Message, decode_properties, tags_hash
 from tests.store.conftest import tiny_config
 
 P = {"a": "5", "b": "x", "f": "1.5", "t": "TRUE", "n": "abc", "q": "it's", "TAGS": "TagA"}
@@ -203,6 +203,18 @@ def test_tags_name_the_tag_hashes_a_match_may_have() -> None:
     assert codes("x = 1") is None
 
 
+def test_equalities_a_match_needs_name_the_encoded_pairs_it_must_hold() -> None:
+    def needles(expression: str) -> tuple[bytes, ...]:
+        return compile_sql92(expression).needles
+
+    assert needles("region = 'eu' AND amount > 1") == (b"region\x01eu\x02",)
+    assert needles("'eu' = region AND (TAGS = 'a')") == (b"TAGS\x01a\x02", b"region\x01eu\x02")
+    assert needles("region = 'eu' OR amount > 1") == ()
+    assert needles("NOT region = 'eu'") == ()
+    assert needles("region <> 'eu'") == ()
+    assert needles("region = 5") == ()  # '5.0' matches too
+
+
 def test_an_expression_is_compiled_once() -> None:
     sql92._compile.cache_clear()
     first = compile_sql92("cached = 'yes'")
@@ -282,6 +294,31 @@ def test_the_tag_prefilter_never_reads_other_records(store: MessageStore) -> Non
     result = store.get_message("orders", 0, 0, 32, Counting())
     assert result.queue_offsets == [0]
     assert seen == [0, 2]  # the entry tagged b was passed over on its hash
+
+
+def test_the_pair_prefilter_is_only_a_first_cut(store: MessageStore) -> None:
+    # The encoded pair region=eu sits inside xregion=eu: the expression still decides.
+    put(store, {"xregion": "eu"}, {"region": "eu"}, {"region": "eu", "amount": "3"}, {"region": "us"})
+    result = store.get_message("orders", 0, 0, 32, compile_sql92("region = 'eu'"))
+    assert result.queue_offsets == [1, 2]
+    result = store.get_message("orders", 0, 0, 32, compile_sql92("region = 'eu' AND amount = 3"))
+    assert result.queue_offsets == [2]
+
+
+def test_records_without_a_needed_pair_are_never_decoded(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put(store, {"region": "us"}, {"region": "eu"}, {"region": "apac"}, {"region": "eu", "n": "1"})
+    decoded: list[bytes] = []
+
+    def counting(raw: bytes) -> dict[str, str]:
+        decoded.append(raw)
+        return decode_properties(raw)
+
+    monkeypatch.setattr(sql92, "decode_properties", counting)
+    result = store.get_message("orders", 0, 0, 32, compile_sql92("region = 'eu' AND n IS NULL"))
+    assert result.queue_offsets == [1]
+    assert len(decoded) == 2
 
 
 def test_nothing_matched_moves_the_offset_on(store: MessageStore) -> None:
