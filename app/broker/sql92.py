@@ -481,30 +481,23 @@ def _not(predicate: Predicate) -> Predicate:
 
 
 def _all(predicates: Iterable[Predicate]) -> Predicate:
-    parts = tuple(predicates)
-
-    def conjunction(properties: Properties) -> bool | None:
-        unknown = False
-        for predicate in parts:
-            value = predicate(properties)
-            if value is False:
-                return False
-            unknown = unknown or value is None
-        return None if unknown else True
-
-    return conjunction
+    """AND: false as soon as one part is false; else unknown if one is unknown."""
+    return _logic(tuple(predicates), deciding=False)
 
 
 def _any(predicates: Iterable[Predicate]) -> Predicate:
-    parts = tuple(predicates)
+    """OR: true as soon as one part is true; else unknown if one is unknown."""
+    return _logic(tuple(predicates), deciding=True)
 
-    def disjunction(properties: Properties) -> bool | None:
+
+def _logic(parts: tuple[Predicate, ...], deciding: bool) -> Predicate:
+    def combined(properties: Properties) -> bool | None:
         unknown = False
         for predicate in parts:
             value = predicate(properties)
-            if value is True:
-                return True
+            if value is deciding:
+                return deciding
             unknown = unknown or value is None
-        return None if unknown else False
+        return None if unknown else not deciding
 
-    return disjunction
+    return combined
