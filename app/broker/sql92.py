@@ -29,13 +29,25 @@ evaluated. Evaluation never raises.
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lark import Lark, Token, Transformer_NonRecursive, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.exceptions import VisitError
 
+from app.broker.sql92_eval import (
+    MIRRORED,
+    Operand,
+    Predicate,
+    Properties,
+    Value,
+    all_of,
+    any_of,
+    comparison,
+    membership,
+    negation_of,
+    property_test,
+    to_number,
+)
 from app.store.record import record_property_bytes
 from app.store.record_format import (
     NAME_VALUE_SEPARATOR,
@@ -108,15 +120,6 @@ _TERMINALS = {
     "NUMBER": "a number",
     "BOOLEAN": "TRUE or FALSE",
 }
-
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-
-Value = str | int | float | bool | None
-Properties = dict[str, str]
-# Evaluates to True, False or None (unknown).
-Predicate = Callable[[Properties], bool | None]
-Operand = Callable[[Properties], Value]
 
 
 class Sql92Error(ValueError):
@@ -245,7 +248,7 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
 
     def number(self, children: list[Token]) -> _Operand:
         (token,) = children
-        value = _to_number(str(token))
+        value = to_number(str(token))
         return _Operand(lambda _: value, "number", token, value)
 
     def boolean_value(self, children: list[Token]) -> _Operand:
@@ -267,13 +270,13 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
     def not_(self, children: list[object]) -> _Node:
         token, node = children
         assert isinstance(node, _Node)
-        return _Node(_not(node.predicate), _nested(token, node.depth + 1))
+        return _Node(negation_of(node.predicate), _nested(token, node.depth + 1))
 
     def disjunction(self, children: list[_Node]) -> _Node:
         tags: frozenset[str] | None = frozenset()
         for node in children:
             tags = None if tags is None or node.tags is None else tags | node.tags
-        return _Node(_any([node.predicate for node in children]), max(n.depth for n in children) + 1, tags)
+        return _Node(any_of([node.predicate for node in children]), max(n.depth for n in children) + 1, tags)
 
     def conjunction(self, children: list[_Node]) -> _Node:
         tags: frozenset[str] | None = None
@@ -282,7 +285,7 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
                 tags = node.tags if tags is None else tags & node.tags
         needles = frozenset().union(*(node.needles for node in children))
         depth = max(node.depth for node in children) + 1
-        return _Node(_all([node.predicate for node in children]), depth, tags, needles)
+        return _Node(all_of([node.predicate for node in children]), depth, tags, needles)
 
     def compare(self, children: list[object]) -> _Node:
         left, operator, right = children
@@ -292,11 +295,11 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
             _check_ordered(left, op)
             _check_ordered(right, op)
         if left.kind != "property" and right.kind == "property":
-            left, right, op = right, left, _MIRRORED[op]
+            left, right, op = right, left, MIRRORED[op]
         if left.kind == "property" and right.kind != "property":
-            predicate = _property_test(str(left.token), op, right.constant)
+            predicate = property_test(str(left.token), op, right.constant)
         else:
-            predicate = _comparison(left.evaluate, op, right.evaluate)
+            predicate = comparison(left.evaluate, op, right.evaluate)
         tags: frozenset[str] | None = None
         needles: frozenset[bytes] = frozenset()
         if op == "=" and left.kind == "property" and right.kind == "string":
@@ -314,16 +317,16 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
 
     def not_between(self, children: list[object]) -> _Node:
         value, _, _, low, high = children
-        return _Node(_not(self._between(value, low, high)))
+        return _Node(negation_of(self._between(value, low, high)))
 
     def _between(self, value: object, low: object, high: object) -> Predicate:
         assert isinstance(value, _Operand) and isinstance(low, _Operand) and isinstance(high, _Operand)
         for operand in (value, low, high):
             _check_ordered(operand, "BETWEEN")
-        return _all(
+        return all_of(
             [
-                _comparison(value.evaluate, ">=", low.evaluate),
-                _comparison(value.evaluate, "<=", high.evaluate),
+                comparison(value.evaluate, ">=", low.evaluate),
+                comparison(value.evaluate, "<=", high.evaluate),
             ]
         )
 
@@ -331,13 +334,13 @@ class _Compiler(Transformer_NonRecursive[Token, object]):
         value, _, *strings = children
         assert isinstance(value, _Operand)
         choices = frozenset(str(token)[1:-1].replace("''", "'") for token in strings)
-        return _Node(_membership(value.evaluate, choices), tags=choices if value.is_tags() else None)
+        return _Node(membership(value.evaluate, choices), tags=choices if value.is_tags() else None)
 
     def not_in(self, children: list[object]) -> _Node:
         value, _, _, *strings = children
         assert isinstance(value, _Operand)
         choices = frozenset(str(token)[1:-1].replace("''", "'") for token in strings)
-        return _Node(_not(_membership(value.evaluate, choices)))
+        return _Node(negation_of(membership(value.evaluate, choices)))
 
     def is_null(self, children: list[object]) -> _Node:
         value = children[0]
@@ -361,143 +364,3 @@ def _check_ordered(operand: _Operand, operator: str) -> None:
             token.line or 1,
             token.column or 1,
         )
-
-
-# -- evaluation ----------------------------------------------------------------------------------
-
-
-def _to_number(text: str) -> int | float | None:
-    if _INTEGER.fullmatch(text):
-        return int(text)
-    if _NUMBER.fullmatch(text):
-        return float(text)
-    return None
-
-
-def _is_number(value: Value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _comparable(left: Value, right: Value) -> tuple[Value, Value] | None:
-    """Both values of one type (numbers as numbers), or None when they cannot be compared."""
-    if left is None or right is None:
-        return None
-    if isinstance(left, bool) or isinstance(right, bool):
-        if isinstance(left, str):
-            left = {"true": True, "false": False}.get(left.lower())
-        if isinstance(right, str):
-            right = {"true": True, "false": False}.get(right.lower())
-        return (left, right) if isinstance(left, bool) and isinstance(right, bool) else None
-    if _is_number(left) or _is_number(right):
-        left = _to_number(left) if isinstance(left, str) else left
-        right = _to_number(right) if isinstance(right, str) else right
-        return (left, right) if left is not None and right is not None else None
-    return left, right
-
-
-_MIRRORED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-
-
-def _property_test(name: str, operator: str, constant: Value) -> Predicate:
-    """A property against a literal, the common case, with the literal's type settled once."""
-    test = _TESTS[operator]
-    if isinstance(constant, bool):
-        wanted = constant
-
-        def against_boolean(properties: Properties) -> bool | None:
-            found = properties.get(name)
-            if found is None:
-                return None
-            value = _BOOLEANS.get(found.lower())
-            return None if value is None else test(value, wanted)
-
-        return against_boolean
-    if isinstance(constant, int | float):
-        number = constant
-
-        def against_number(properties: Properties) -> bool | None:
-            found = properties.get(name)
-            value = _to_number(found) if found is not None else None
-            return None if value is None else test(value, number)
-
-        return against_number
-    text = constant
-
-    def against_string(properties: Properties) -> bool | None:
-        found = properties.get(name)
-        return None if found is None else test(found, text)
-
-    return against_string
-
-
-_BOOLEANS = {"true": True, "false": False}
-
-
-def _comparison(left: Operand, operator: str, right: Operand) -> Predicate:
-    equality = operator in ("=", "<>")
-    test = _TESTS[operator]
-
-    def compare(properties: Properties) -> bool | None:
-        pair = _comparable(left(properties), right(properties))
-        if pair is None:
-            return None
-        a, b = pair
-        if not equality and not (_is_number(a) and _is_number(b)):
-            # Strings (two properties) are ordered only when both are numbers; booleans never.
-            if not isinstance(a, str) or not isinstance(b, str):
-                return None
-            a, b = _to_number(a), _to_number(b)
-            if a is None or b is None:
-                return None
-        return test(a, b)
-
-    return compare
-
-
-_TESTS: dict[str, Callable[[object, object], bool]] = {
-    "=": lambda a, b: a == b,
-    "<>": lambda a, b: a != b,
-    "<": lambda a, b: a < b,  # type: ignore[operator]
-    "<=": lambda a, b: a <= b,  # type: ignore[operator]
-    ">": lambda a, b: a > b,  # type: ignore[operator]
-    ">=": lambda a, b: a >= b,  # type: ignore[operator]
-}
-
-
-def _membership(value: Operand, choices: frozenset[str]) -> Predicate:
-    def member(properties: Properties) -> bool | None:
-        found = value(properties)
-        return found in choices if isinstance(found, str) else None
-
-    return member
-
-
-def _not(predicate: Predicate) -> Predicate:
-    def negation(properties: Properties) -> bool | None:
-        value = predicate(properties)
-        return None if value is None else not value
-
-    return negation
-
-
-def _all(predicates: Iterable[Predicate]) -> Predicate:
-    """AND: false as soon as one part is false; else unknown if one is unknown."""
-    return _logic(tuple(predicates), deciding=False)
-
-
-def _any(predicates: Iterable[Predicate]) -> Predicate:
-    """OR: true as soon as one part is true; else unknown if one is unknown."""
-    return _logic(tuple(predicates), deciding=True)
-
-
-def _logic(parts: tuple[Predicate, ...], deciding: bool) -> Predicate:
-    def combined(properties: Properties) -> bool | None:
-        unknown = False
-        for predicate in parts:
-            value = predicate(properties)
-            if value is deciding:
-                return deciding
-            unknown = unknown or value is None
-        return None if unknown else not deciding
-
-    return combined
