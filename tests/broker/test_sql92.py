@@ -8,15 +8,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.broker import sql92
 from app.broker.errors import InvalidFilterExpressionError, InvalidParameterError
 from app.broker.filters import SQL92, FilterExpression, filter_of
 from app.broker.sql92 import Sql92Error, compile_sql92
 from app.store import GetMessageStatus, MessageStore, decode_record
-from app.store.record_format import Message, decode_properties, tags_hash
+from app.store.record_format import Limits, Message, decode_properties, encode_host, encode_record, tags_hash
 from tests.store.conftest import tiny_config
 
+HOST = encode_host("127.0.0.1", 8080)
 P = {"a": "5", "b": "x", "f": "1.5", "t": "TRUE", "n": "abc", "q": "it's", "TAGS": "TagA"}
 
 # (expression, whether a message with the properties P matches)
@@ -173,6 +176,56 @@ def test_long_chains_of_and_and_or_are_not_nesting() -> None:
 def test_odd_values_never_raise_and_are_no_number(value: str) -> None:
     for expression in ("p > 0", "p <= 0", "p BETWEEN -1 AND 1e9", "p = 5", "p <> 5", "p = TRUE", "p > q"):
         assert compile_sql92(expression).matches({"p": value, "q": "1"}) is False
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a", "b", "TAGS", "n"]), st.text(max_size=12)))
+def test_evaluation_never_raises_whatever_the_properties_hold(properties: dict[str, str]) -> None:
+    for expression, _ in TABLE:
+        assert compile_sql92(expression).matches(properties) in (True, False)
+
+
+SQL_ALPHABET = st.sampled_from(
+    list("ab ()'=<>-.,1e0") + ["AND ", "OR ", "NOT ", "IN ", "IS ", "NULL ", "BETWEEN ", "TRUE "]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(SQL_ALPHABET, max_size=20).map("".join) | st.text(max_size=40))
+def test_any_text_compiles_or_is_a_parse_error(expression: str) -> None:
+    try:
+        compiled = compile_sql92(expression)
+    except Sql92Error as error:
+        assert error.line >= 1 and error.column >= 1
+    else:
+        assert compiled.matches({"a": "1", "b": "x"}) in (True, False)
+
+
+PREFILTERED = [
+    "region = 'eu' AND amount > 1",
+    "TAGS = 'a' AND region = 'eu'",
+    "TAGS IN ('a', 'b') OR (TAGS = 'c' AND region = 'us')",
+    "(region = 'eu' AND TAGS = 'a') OR TAGS = 'b'",
+    "region = 'e' AND NOT amount = 2",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["region", "xregion", "amount", "TAGS"]),
+        st.sampled_from(["eu", "us", "e", "a", "b", "c", "1", "2", "eu\u00e9", ""]),
+    )
+)
+def test_the_prefilters_never_drop_a_match(properties: dict[str, str]) -> None:
+    record = memoryview(encode_record(Message("t", b"x", properties=properties), HOST, 0, Limits()).data)
+    for expression in PREFILTERED:
+        compiled = compile_sql92(expression)
+        matches = compiled.matches(properties)
+        assert compiled.matches_record(record) is matches
+        if matches and compiled.codes is not None:
+            tags = properties.get("TAGS", "")
+            assert tags and tags_hash(tags) in compiled.codes
 
 
 def test_a_number_property_compares_as_a_number_of_any_size() -> None:
