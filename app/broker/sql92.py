@@ -5,7 +5,8 @@
 The grammar (lark, LALR) has comparisons ``= <> < <= > >=``, ``[NOT] BETWEEN x AND y``,
 ``[NOT] IN ('s', ...)``, ``IS [NOT] NULL``, ``AND``, ``OR``, ``NOT``, parentheses, string literals in
 single quotes (``''`` is a quote), numbers (``10``, ``-2.5``, ``1e3``) and ``TRUE``/``FALSE``.
-Keywords are case-insensitive; property names are not. ``TAGS`` is the message's tag.
+Keywords are case-insensitive and reserved; property names are case-sensitive. ``TAGS`` is the
+message's tag.
 
 Semantics (RocketMQ's, with three-valued logic):
 
@@ -20,10 +21,12 @@ Semantics (RocketMQ's, with three-valued logic):
 - ``IN`` takes string literals.
 
 :func:`compile_sql92` parses an expression once (compiled expressions are cached, bounded) into a
-:class:`Sql92Filter`, the store's :class:`~app.store.filter.MessageFilter`: when the expression can
-only be true for some tags (``TAGS = 'a' AND ...``, ``TAGS IN (...)``), those tags' hashes prefilter
-the ConsumeQueue entries; records that pass have their properties decoded and the expression
-evaluated. Evaluation never raises.
+:class:`Sql92Filter`, the store's :class:`~app.store.filter.MessageFilter`. Cheap checks come first:
+when the expression can only be true for some tags (``TAGS = 'a' AND ...``, ``TAGS IN (...)``),
+those tags' hashes prefilter the ConsumeQueue entries; a record whose encoded properties lack a
+``name=value`` pair that a top-level ``name = 'value'`` needs is passed over undecoded. Records that
+pass have their properties decoded and the expression evaluated (:mod:`app.broker.sql92_eval`);
+evaluation never raises.
 """
 
 from __future__ import annotations
