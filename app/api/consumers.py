@@ -19,6 +19,7 @@ from app.api.schemas import ErrorEnvelope, GroupQueueOffset
 from app.api.topics import BrokerDep
 from app.broker import dead_letter, group_consume
 from app.broker import retry as retry_module
+from app.broker.filters import SQL92, TAG, FilterExpression
 from app.broker.groups import Group, Member
 from app.codec import record_to_json
 
@@ -35,10 +36,42 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+class FilterBody(BaseModel):
+    """A subscription's filter given as an object: a SQL92 expression over message properties
+    (README "Filtering"), or a tag expression."""
+
+    type: Literal["tag", "sql92"]
+    expression: str = Field(min_length=1, max_length=4096)
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"type": "sql92", "expression": "region = 'eu'"}]}
+    )
+
+
+Subscription = str | FilterBody
+
+
+def _subscription(value: Subscription) -> FilterExpression:
+    if isinstance(value, str):
+        return FilterExpression.tags(value)
+    return FilterExpression(value.type, value.expression)
+
+
+def _subscription_view(expression: FilterExpression) -> Subscription:
+    if expression.type == TAG:
+        return expression.expression
+    return FilterBody(type=SQL92, expression=expression.expression)
+
+
 class HeartbeatRequest(BaseModel):
     client_id: str = Field(min_length=1, max_length=128, pattern=CLIENT_ID_PATTERN)
-    subscriptions: dict[str, str] = Field(
-        min_length=1, max_length=1000, description="topic -> tag expression ('*', 'TagA || TagB')"
+    subscriptions: dict[str, Subscription] = Field(
+        min_length=1,
+        max_length=1000,
+        description=(
+            "topic -> tag expression ('*', 'TagA || TagB'), or "
+            '{"type": "sql92", "expression": "..."} for a SQL92 filter over message properties'
+        ),
     )
     model: Literal["clustering", "broadcasting"] = "clustering"
     strategy: Literal["averagely", "circle", "consistent_hash"] = "averagely"
@@ -83,7 +116,7 @@ class GroupPullResponse(BaseModel):
 
 class MemberView(BaseModel):
     client_id: str
-    subscriptions: dict[str, str]
+    subscriptions: dict[str, Subscription]
     last_heartbeat_ms_ago: int
     assignments: list[Assigned]
 
@@ -132,7 +165,8 @@ def _assigned(broker: BrokerDep, group: Group, member: Member) -> list[dict[str,
     responses=_ERRORS,
 )
 async def heartbeat(group: GroupName, body: HeartbeatRequest, broker: BrokerDep) -> dict[str, Any]:
-    member = Member(body.client_id, dict(body.subscriptions), body.model, body.strategy, _consume_from(body))
+    subscriptions = {topic: _subscription(value) for topic, value in body.subscriptions.items()}
+    member = Member(body.client_id, subscriptions, body.model, body.strategy, _consume_from(body))
     joined, assignments = await group_consume.heartbeat(broker, group, member)
     return {
         "group": group,
@@ -217,7 +251,10 @@ async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
         "members": [
             {
                 "client_id": member.client_id,
-                "subscriptions": member.subscriptions,
+                "subscriptions": {
+                    topic: _subscription_view(expression)
+                    for topic, expression in member.subscriptions.items()
+                },
                 "last_heartbeat_ms_ago": int((now - member.last_heartbeat) * 1000),
                 "assignments": _assigned(broker, found, member) if found else [],
             }

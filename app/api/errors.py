@@ -39,6 +39,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_PARAMETER = 40012
     INVALID_CURSOR = 40013
     OFFSET_OUT_OF_RANGE = 40014
+    INVALID_FILTER_EXPRESSION = 40015
     UNAUTHORIZED = 40101
     FORBIDDEN = 40301
     ORIGIN_NOT_ALLOWED = 40305
@@ -101,6 +102,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.OFFSET_OUT_OF_RANGE: (
         "A committed offset is outside the queue's [min_offset, max_offset]; nothing was committed."
         " The answer carries topic, queue_id, min_offset and max_offset."
+    ),
+    ErrorCode.INVALID_FILTER_EXPRESSION: (
+        "The SQL92 filter expression does not parse; the answer carries the line and column (from 1)"
+        " where it goes wrong."
     ),
     ErrorCode.UNAUTHORIZED: (
         "Credentials are missing or wrong: send Authorization: Basic base64(accessKey:secretKey)"
@@ -252,6 +257,7 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.MessageNotFoundError: ErrorCode.MESSAGE_NOT_FOUND,
     broker_errors.ReceiptHandleNotFoundError: ErrorCode.RECEIPT_HANDLE_NOT_FOUND,
     broker_errors.ReceiptHandleExpiredError: ErrorCode.RECEIPT_HANDLE_EXPIRED,
+    broker_errors.InvalidFilterExpressionError: ErrorCode.INVALID_FILTER_EXPRESSION,
 }
 
 

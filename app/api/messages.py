@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -15,6 +15,7 @@ from app.api.edge import media_type_of
 from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import MessageIn, ProduceRequest, ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
+from app.broker.filters import filter_of
 from app.codec import (
     BATCH_MEDIA_TYPE,
     RECORDS_MEDIA_TYPE,
@@ -25,7 +26,7 @@ from app.codec import (
     parse_batch,
     record_to_json,
 )
-from app.store import GetMessageResult, TagFilter
+from app.store import GetMessageResult
 from app.store.filter import FilterExpressionError
 
 router = APIRouter(prefix="/v1/topics", tags=["messages"])
@@ -353,6 +354,18 @@ async def pull(
     tags: Annotated[
         str | None, Query(max_length=4096, description="Tag filter: 'TagA || TagB' or '*'")
     ] = None,
+    filter_type: Annotated[
+        Literal["tag", "sql92"] | None,
+        Query(description="tag (the default: tags or filter is a tag expression) or sql92"),
+    ] = None,
+    filter: Annotated[
+        str | None,
+        Query(
+            max_length=4096,
+            description="With filter_type=sql92: an expression over message properties, "
+            "e.g. region = 'eu' AND amount > 100",
+        ),
+    ] = None,
     group: Annotated[str | None, Query(min_length=1, max_length=255, description="Consumer group")] = None,
     commit_offset: Annotated[
         int | None,
@@ -380,12 +393,12 @@ async def pull(
     if offset is not None and offset < 0:
         raise ApiError(ErrorCode.INVALID_OFFSET, f"offset must be 0 or more, got {offset}")
     try:
-        tag_filter = TagFilter.parse(tags)
+        message_filter = filter_of(filter_type, filter, tags).compile()
     except FilterExpressionError as exc:
         raise ApiError(ErrorCode.INVALID_TAG_EXPRESSION, str(exc)) from None
     offset = broker.resolve_pull_offset(topic, queue_id, offset, group, commit_offset, start)
     result = await broker.pull(
-        topic, queue_id, offset, count, tag_filter, max_wait_ms, request.receive, group
+        topic, queue_id, offset, count, message_filter, max_wait_ms, request.receive, group
     )
     accept = request.headers.get("accept", "")
     if RECORDS_MEDIA_TYPE in accept:

@@ -113,8 +113,9 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         507: None,
     },
     "pullMessages": {
-        400: "A bad offset (40007, 40014), tag filter (40004), `from` or `max_messages` (40012), or "
-        "an offset to commit without a group (40001)",
+        400: "A bad offset (40007, 40014), tag filter (40004), SQL92 filter (40015, with its `line` and "
+        "`column`), `from`, `max_messages` or filter parameters (40012), or an offset to commit without a "
+        "group (40001)",
         **_QUEUE,
         409: "The topic's permission forbids pulling (40903)",
     },
@@ -146,7 +147,8 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         421: None,
     },
     "heartbeatMember": {
-        400: "A bad tag expression (40004) or `consume_from` (40012)",
+        400: "A bad tag expression (40004), SQL92 expression (40015, with its `line` and `column`) or "
+        "`consume_from` (40012)",
         404: "A subscribed topic does not exist (40402)",
         409: "The group's other members use another model or strategy (40905)",
         421: None,
@@ -172,7 +174,8 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         421: None,
     },
     "popMessages": {
-        400: "A bad `max_messages` or `consume_from` (40012)",
+        400: "A bad `max_messages`, `consume_from` or filter parameters (40012), tag filter (40004) or "
+        "SQL92 filter (40015, with its `line` and `column`)",
         **_TOPIC,
         409: "The topic's permission forbids reading (40903)",
     },

@@ -16,6 +16,7 @@ from app.api.errors import ApiError, ErrorCode
 from app.api.groups import GroupName
 from app.api.schemas import ErrorEnvelope, MessageOut
 from app.api.topics import BrokerDep, TopicName
+from app.broker.filters import compile_filter
 from app.broker.pop import AckStatus, PopService
 from app.codec import record_to_json
 
@@ -78,10 +79,22 @@ class PopRequest(BaseModel):
         "last", description="Where the group starts on a queue it has no offset for"
     )
     consume_timestamp_ms: int | None = Field(None, ge=0, description="With consume_from=timestamp")
+    tags: str | None = Field(None, max_length=4096, description="Tag filter: 'TagA || TagB' or '*'")
+    filter_type: Literal["tag", "sql92"] | None = Field(
+        None, description="tag (the default: tags or filter is a tag expression) or sql92"
+    )
+    filter: str | None = Field(
+        None, max_length=4096, description="With filter_type=sql92: an expression over message properties"
+    )
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"max_messages": 16, "max_wait_ms": 20000, "invisible_ms": 60000}]},
+        json_schema_extra={
+            "examples": [
+                {"max_messages": 16, "max_wait_ms": 20000, "invisible_ms": 60000},
+                {"max_messages": 16, "filter_type": "sql92", "filter": "region = 'eu' AND amount > 100"},
+            ]
+        },
     )
 
 
@@ -167,8 +180,16 @@ async def pop(
     config = await broker.topic(topic)
     if not config.readable:
         raise ApiError(ErrorCode.TOPIC_NOT_READABLE, f"topic {topic!r} does not allow reading")
+    message_filter = compile_filter(body.filter_type, body.filter, body.tags)
     popped = await service.pop(
-        group, topic, count, body.invisible_ms, body.max_wait_ms, _start(body), request.receive
+        group,
+        topic,
+        count,
+        body.invisible_ms,
+        body.max_wait_ms,
+        _start(body),
+        request.receive,
+        message_filter,
     )
     messages = []
     for item in popped:

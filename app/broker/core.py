@@ -39,7 +39,7 @@ from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
-from app.store import GetMessageResult, Message, MessageStore, TagFilter
+from app.store import GetMessageResult, Message, MessageFilter, MessageStore
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.record import StoredMessage
 from app.store.record_format import (
@@ -349,7 +349,7 @@ class Broker:
         queue_id: int,
         offset: int,
         max_messages: int,
-        tag_filter: TagFilter | None,
+        message_filter: MessageFilter | None,
         max_wait_ms: int,
         receive: Receive | None = None,
         group: str | None = None,
@@ -363,7 +363,7 @@ class Broker:
         metrics.long_polls_held += long_poll
         try:
             read = await read_or_hold(
-                self.store, self.holds, topic, queue_id, offset, max_messages, tag_filter, wait_s, receive
+                self.store, self.holds, topic, queue_id, offset, max_messages, message_filter, wait_s, receive
             )
         finally:
             metrics.long_polls_held -= long_poll

@@ -141,3 +141,16 @@ class ReceiptHandleExpiredError(BrokerError):
 
 class MessageNotFoundError(BrokerError):
     """No stored message here has that id, or sits at that queue offset."""
+
+
+class InvalidFilterExpressionError(BrokerError):
+    """A SQL92 filter expression does not parse; ``line`` and ``column`` (from 1) say where."""
+
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {"line": self.line, "column": self.column}

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 from app.broker.core import parse_start
 from app.broker.errors import BadRequestError, GenerationFencedError
+from app.broker.filters import FilterExpression
 from app.broker.groups import BROADCASTING, CLUSTERING, Group, Member
 from app.broker.pull import read_or_hold
 from app.broker.retry import retry_topic
 from app.longpoll.hold import Receive
-from app.store import GetMessageResult, GetMessageStatus, TagFilter
+from app.store import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
@@ -54,11 +55,11 @@ async def heartbeat(broker: Broker, name: str, member: Member) -> tuple[Group, l
     parse_start(member.consume_from)
     for topic, expression in member.subscriptions.items():
         await broker.topic(topic)  # here, or refused with where it is
-        TagFilter.parse(expression)
+        expression.compile()
     if member.model == CLUSTERING:
         # Messages sent back for another try come back to the group through its retry topic
         # (its queues are allocated once it exists).
-        member.subscriptions.setdefault(retry_topic(name), "*")
+        member.subscriptions.setdefault(retry_topic(name), FilterExpression.tags())
     group = broker.groups.heartbeat(name, member)
     member = group.members[member.client_id]
     key = offset_group(group, member)
@@ -119,7 +120,7 @@ async def pull(
     assignment changes."""
     group, member = broker.groups.touch(name, client_id)
     key = offset_group(group, member)
-    filters = {topic: TagFilter.parse(expression) for topic, expression in member.subscriptions.items()}
+    filters = {topic: expression.compile() for topic, expression in member.subscriptions.items()}
     reads: list[QueueRead] = []
     room = max_messages
     for topic, queue_ids in sorted(member.assignment.items()):

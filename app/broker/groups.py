@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from app.broker.allocate import STRATEGIES, allocate
 from app.broker.errors import GroupConflictError, MemberNotFoundError
+from app.broker.filters import FilterExpression
 
 CLUSTERING = "clustering"
 BROADCASTING = "broadcasting"
@@ -36,7 +37,7 @@ Assignment = dict[str, list[int]]  # topic -> queue ids
 @dataclasses.dataclass
 class Member:
     client_id: str
-    subscriptions: dict[str, str]  # topic -> tag expression
+    subscriptions: dict[str, FilterExpression]  # topic -> tag or SQL92 expression
     model: str = CLUSTERING
     strategy: str = "averagely"
     consume_from: str = "last"  # last, first, or a timestamp in ms (as the pull's ``from``)
@@ -133,7 +134,12 @@ class ConsumerGroups:
         return group
 
     def attach(
-        self, name: str, client_id: str, topic: str, expression: str, listener: Callable[[Assignment], None]
+        self,
+        name: str,
+        client_id: str,
+        topic: str,
+        expression: FilterExpression,
+        listener: Callable[[Assignment], None],
     ) -> Group:
         """Join a member of this process that is told its queues by ``listener`` (at once, and at
         every allocation) until it leaves; it takes the group's strategy, whatever it is."""

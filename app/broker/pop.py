@@ -36,7 +36,7 @@ from app.broker.pop_revive import DeadLetters, Doomed
 from app.broker.pop_state import InFlight, PopQueue, PopRecord, QueueKey, RecordKind
 from app.broker.pop_table import PopTable
 from app.longpoll.hold import HoldOutcome, Receive
-from app.store import GetMessageResult, GetMessageStatus
+from app.store import GetMessageResult, GetMessageStatus, MessageFilter
 from app.store.config import FlushMode
 from app.store.record_format import HEADER
 
@@ -122,17 +122,22 @@ class PopService:
         max_wait_ms: int,
         start: str = "last",
         receive: Receive | None = None,
+        message_filter: MessageFilter | None = None,
     ) -> list[Popped]:
         """Up to ``max_messages`` messages of ``topic`` for ``group``, each invisible to other
         pops for ``invisible_ms``; with none visible, hold up to ``max_wait_ms`` (capped).
-        ``start`` is where the group begins on a queue it has no offset for."""
+        ``start`` is where the group begins on a queue it has no offset for. With a filter, new
+        messages it does not match are passed over for the group (as RocketMQ's pop does): a
+        group's poppers share one filter. A message handed out again is not filtered again."""
         config = await self.broker.topic(topic)
         parse_start(start)
         queue_count = config.read_queue_nums
         deadline = time.monotonic() + min(max_wait_ms, self.broker.settings.max_wait_ms) / 1000
         while True:
             changes: list[PopRecord] = []
-            popped, doomed = self._take(group, topic, queue_count, max_messages, invisible_ms, start, changes)
+            popped, doomed = self._take(
+                group, topic, queue_count, max_messages, invisible_ms, start, changes, message_filter
+            )
             await self._record(changes)
             self.dead_letters.send_later(group, topic, doomed)
             remaining = deadline - time.monotonic()
@@ -141,7 +146,8 @@ class PopService:
                 return popped
             if remaining < MIN_HOLD_S:
                 return popped
-            if not await self._wait(group, topic, queue_count, remaining, receive):
+            codes = message_filter.codes if message_filter is not None else None
+            if not await self._wait(group, topic, queue_count, remaining, receive, codes):
                 return popped
 
     def _take(
@@ -153,6 +159,7 @@ class PopService:
         invisible_ms: int,
         start: str,
         changes: list[PopRecord],
+        message_filter: MessageFilter | None = None,
     ) -> tuple[list[Popped], list[Doomed]]:
         """Choose and mark what this pop hands out, and the messages it found due for the
         dead-letter topic. No await here: no other pop sees a message between its choice and
@@ -177,7 +184,7 @@ class PopService:
                     self._again(key, offset, entry, until, popped, changes)
             room = max_messages - len(popped)
             if room > 0:
-                self._new(key, queue, room, until, popped, changes)
+                self._new(key, queue, room, until, popped, changes, message_filter)
         return popped, doomed
 
     def _again(
@@ -207,9 +214,11 @@ class PopService:
         until: int,
         popped: list[Popped],
         changes: list[PopRecord],
+        message_filter: MessageFilter | None = None,
     ) -> None:
-        """Hand out up to ``room`` messages never handed out, from ``popped_until``."""
-        result = self._read_new(key, queue, room, changes)
+        """Hand out up to ``room`` messages never handed out (of those the filter matches), from
+        ``popped_until``."""
+        result = self._read_new(key, queue, room, changes, message_filter)
         for record, offset in zip(result.records, result.queue_offsets, strict=True):
             reconsume_times = HEADER.unpack_from(record, 0)[_RECONSUME_TIMES_FIELD]
             nonce = self.table.hand_out(changes, key, offset, until, reconsume_times)
@@ -219,20 +228,31 @@ class PopService:
             self.table.change(changes, PopRecord(RecordKind.ADVANCE, *key, result.next_offset))
 
     def _read_new(
-        self, key: QueueKey, queue: PopQueue, room: int, changes: list[PopRecord]
+        self,
+        key: QueueKey,
+        queue: PopQueue,
+        room: int,
+        changes: list[PopRecord],
+        message_filter: MessageFilter | None = None,
     ) -> GetMessageResult:
         _, topic, queue_id = key
         store = self.broker.store
-        result = store.get_message(topic, queue_id, queue.popped_until, room)
+        result = store.get_message(topic, queue_id, queue.popped_until, room, message_filter)
         if result.status in _OUT_OF_RANGE:
             # Retention took messages never handed out (or the queue was rebuilt shorter).
             kind = RecordKind.SKIP if result.next_offset > queue.popped_until else RecordKind.POSITION
             self.table.change(changes, PopRecord(kind, *key, result.next_offset))
-            result = store.get_message(topic, queue_id, queue.popped_until, room)
+            result = store.get_message(topic, queue_id, queue.popped_until, room, message_filter)
         return result
 
     async def _wait(
-        self, group: str, topic: str, queue_count: int, remaining_s: float, receive: Receive | None
+        self,
+        group: str,
+        topic: str,
+        queue_count: int,
+        remaining_s: float,
+        receive: Receive | None,
+        codes: frozenset[int] | None = None,
     ) -> bool:
         """Hold until a message arrives past what was handed out, one in flight becomes visible,
         a nack or change of invisibility wakes the group's pops, or ``remaining_s`` ends. False
@@ -251,7 +271,7 @@ class PopService:
         watchers.add(wake)
         holds = [
             asyncio.ensure_future(
-                self.broker.holds.hold(topic, queue_id, queue.popped_until, None, timeout_s)
+                self.broker.holds.hold(topic, queue_id, queue.popped_until, codes, timeout_s)
             )
             for queue_id, queue in queues.items()
         ]

@@ -2,7 +2,7 @@
 
 Read from an offset; with nothing new and time left, register with the pull hold service (which
 checks the queue once more after registering, so nothing stored in between is missed), wait, and
-read again. Messages that do not match the tag filter move the offset on while the loop goes.
+read again. Messages that do not match the filter move the offset on while the loop goes.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
-from app.store import GetMessageResult, GetMessageStatus, MessageStore, TagFilter
+from app.store import GetMessageResult, GetMessageStatus, MessageFilter, MessageStore
 
 # A pull is held again only while at least this much of its wait is left.
 MIN_HOLD_S = 0.001
 
-# A tag-filtered pull over a long run of messages that do not match reads the ConsumeQueue in
+# A filtered pull over a long run of messages that do not match reads the ConsumeQueue in
 # slices of WHARF_MAX_SCAN_BYTES_PER_PULL, yielding to the event loop between two, and answers
 # NO_MATCHED_MESSAGE with the offset past what it scanned after this many slices.
 MAX_SCAN_SLICES_PER_PULL = 32
@@ -40,7 +40,7 @@ async def read_or_hold(
     queue_id: int,
     offset: int,
     max_messages: int | Callable[[], int],
-    tag_filter: TagFilter | None,
+    message_filter: MessageFilter | None,
     wait_s: float,
     receive: Receive | None = None,
     wake: asyncio.Event | None = None,
@@ -55,9 +55,9 @@ async def read_or_hold(
     """
     limit = max_messages if callable(max_messages) else lambda: max_messages
     deadline = time.monotonic() + wait_s
-    codes = tag_filter.codes if tag_filter is not None else None
+    codes = message_filter.codes if message_filter is not None else None
     slices = 0
-    result = store.get_message(topic, queue_id, offset, limit(), tag_filter)
+    result = store.get_message(topic, queue_id, offset, limit(), message_filter)
     while True:
         status = result.status
         if status is GetMessageStatus.FOUND:
@@ -71,7 +71,7 @@ async def read_or_hold(
                 await asyncio.sleep(0)  # one slice at a time: others are served in between
                 if (room := limit()) <= 0:
                     return Read(result)
-                result = store.get_message(topic, queue_id, offset, room, tag_filter)
+                result = store.get_message(topic, queue_id, offset, room, message_filter)
                 continue
         elif status not in _WAIT_STATUSES:
             return Read(result)
@@ -85,7 +85,7 @@ async def read_or_hold(
             return Read(result, shutdown=outcome is HoldOutcome.SHUTDOWN)
         if (room := limit()) <= 0:
             return Read(result)
-        result = store.get_message(topic, queue_id, offset, room, tag_filter)
+        result = store.get_message(topic, queue_id, offset, room, message_filter)
 
 
 async def _hold(

@@ -54,6 +54,7 @@ class PullConsumer:
         group: str,
         *,
         tags: str = "*",
+        sql92: str | None = None,
         batch_size: int = 32,
         max_wait_ms: int = 2_000,
         max_cached_messages: int = 1_000,
@@ -68,6 +69,8 @@ class PullConsumer:
         self.topic = topic
         self.group = group
         self.tags = tags
+        # A SQL92 expression over message properties, filtered by the broker instead of ``tags``.
+        self.sql92 = sql92
         self.batch_size = batch_size
         self.max_wait_ms = max_wait_ms
         self.max_cached_messages = max_cached_messages
@@ -221,8 +224,11 @@ class PullConsumer:
                     "group": self.group,
                     "max_messages": self.batch_size,
                     "max_wait_ms": self.max_wait_ms,
-                    "tags": self.tags,
                 }
+                if self.sql92 is not None:
+                    params.update(filter_type="sql92", filter=self.sql92)
+                else:
+                    params["tags"] = self.tags
                 if offset is not None:
                     params["offset"] = offset
                 else:

@@ -10,6 +10,9 @@ between) is dropped: the queue's new owner reads those messages again (at-least-
         for batch in consumer.batches(max_wait_ms=5_000):
             handle(batch.messages)
             consumer.commit(batch)
+
+A subscription is a tag expression (``"*"``, ``"TagA || TagB"``) or a SQL92 filter over message
+properties, ``{"type": "sql92", "expression": "region = 'eu' AND amount > 100"}``.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class GroupConsumer(HttpOwner):
         self,
         bootstrap: str | Sequence[str],
         group: str,
-        subscriptions: dict[str, str],
+        subscriptions: dict[str, str | dict[str, str]],
         *,
         client_id: str | None = None,
         model: str = "clustering",

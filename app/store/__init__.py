@@ -21,7 +21,7 @@ from app.store.errors import (
     StoreError,
     StoreLockedError,
 )
-from app.store.filter import FilterExpressionError, TagFilter
+from app.store.filter import FilterExpressionError, MessageFilter, TagFilter
 from app.store.message_store import MessageStore
 from app.store.record import StoredMessage, decode_record
 from app.store.record_format import Message, message_id, parse_message_id
@@ -45,6 +45,7 @@ __all__ = [
     "InvalidQueueError",
     "InvalidTopicError",
     "Message",
+    "MessageFilter",
     "MessageRejectedError",
     "MessageStore",
     "MessageTooLargeError",

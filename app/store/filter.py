@@ -1,13 +1,20 @@
-"""Tag filter expressions: "TagA || TagB", "*" or nothing for every message.
+"""What a read keeps: the :class:`MessageFilter` interface and the tag filter.
 
-The ConsumeQueue keeps each message's tag hash, so most non-matching messages are skipped without
-reading the CommitLog; a hash match is then confirmed against the record's real tags.
+A read asks a filter twice. First on the ConsumeQueue entry's tag hash (``codes``: the hashes a
+matching message may have; None when any may), so that most non-matching messages are skipped
+without reading the CommitLog; then on the record itself (:meth:`MessageFilter.matches_record`),
+which confirms a hash match against the real tags or evaluates an expression over the properties.
+
+Tag expressions: "TagA || TagB", "*" or nothing for every message. SQL92 expressions over message
+properties are compiled by the broker (:mod:`app.broker.sql92`) into another MessageFilter.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
+from app.store.record import record_tags
 from app.store.record_format import tags_hash
 
 MAX_EXPRESSION_LENGTH = 4096
@@ -15,6 +22,17 @@ MAX_EXPRESSION_LENGTH = 4096
 
 class FilterExpressionError(ValueError):
     """The expression is not a valid tag filter."""
+
+
+class MessageFilter(Protocol):
+    """Which messages a read hands out."""
+
+    @property
+    def codes(self) -> frozenset[int] | None:
+        """The tag hashes a matching message may have; None when a message with any may match."""
+
+    def matches_record(self, record: memoryview) -> bool:
+        """Whether the stored record matches. Never raises, whatever the record holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +65,6 @@ class TagFilter:
 
     def matches(self, tags: str) -> bool:
         return tags in self.tags
+
+    def matches_record(self, record: memoryview) -> bool:
+        return record_tags(record) in self.tags

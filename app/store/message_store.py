@@ -41,7 +41,7 @@ from app.store.dir_lock import StoreDirectoryLock
 from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
 from app.store.errors import NO_SPACE, DiskFullError, StoreClosedError
 from app.store.file_cache import SegmentCache
-from app.store.filter import TagFilter
+from app.store.filter import MessageFilter
 from app.store.flush import (
     CommitLogFlusher,
     ConsumeQueueFlushService,
@@ -300,10 +300,11 @@ class MessageStore:
         queue_id: int,
         offset: int,
         max_messages: int = 32,
-        tag_filter: TagFilter | None = None,
+        message_filter: MessageFilter | None = None,
     ) -> GetMessageResult:
-        """Read up to ``max_messages`` records of one queue from ``offset`` (SPEC 1.10)."""
-        return self.reader.get_message(topic, queue_id, offset, max_messages, tag_filter)
+        """Read up to ``max_messages`` records of one queue from ``offset`` (SPEC 1.10), those
+        ``message_filter`` matches."""
+        return self.reader.get_message(topic, queue_id, offset, max_messages, message_filter)
 
     def read_messages(
         self, topic: str, queue_id: int, offset: int, max_messages: int = 32

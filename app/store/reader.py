@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from app.store.commit_log import CommitLog
 from app.store.config import StoreConfig
 from app.store.consume_queue import UNIT
-from app.store.filter import TagFilter
+from app.store.filter import MessageFilter
 from app.store.queue_table import QueueTable
 from app.store.record import (
     HEAD_SIZE,
@@ -24,7 +24,6 @@ from app.store.record import (
     decode_record,
     message_size,
     record_is,
-    record_tags,
 )
 from app.store.results import GetMessageResult, GetMessageStatus
 from app.store.topic_deletions import TopicDeletions
@@ -69,9 +68,10 @@ class MessageReader:
         queue_id: int,
         offset: int,
         max_messages: int = 32,
-        tag_filter: TagFilter | None = None,
+        message_filter: MessageFilter | None = None,
     ) -> GetMessageResult:
-        """Read up to ``max_messages`` records of one queue from ``offset``."""
+        """Read up to ``max_messages`` records of one queue from ``offset``; with a filter, those it
+        matches (an entry whose tag hash cannot match is passed over without reading the record)."""
         queue = self.queues.queues.get((topic, queue_id))
         if queue is None or queue.max_offset == 0:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
@@ -95,7 +95,7 @@ class MessageReader:
         queue_offsets: list[int] = []
         total = 0
         next_offset = offset
-        codes = tag_filter.codes if tag_filter is not None else None
+        codes = message_filter.codes if message_filter is not None else None
         topic_bytes = topic.encode()
         raw = queue.entries(offset, scan_entries)
         if raw is None or (len(raw) >= UNIT.size and UNIT.unpack_from(raw)[0] < commitlog_min):
@@ -121,7 +121,7 @@ class MessageReader:
                 if not record_is(data, topic_bytes, queue_id, current, physical_offset):
                     self._skip_stale_entry(topic, queue_id, current, physical_offset, size)
                     continue
-                if tag_filter is not None and not tag_filter.matches(record_tags(data)):
+                if message_filter is not None and not message_filter.matches_record(data):
                     continue
                 records.append(data)
                 queue_offsets.append(current)

@@ -3,7 +3,7 @@
 Everything in the store that reads a stored record goes through this module: a whole decode
 (:func:`decode_record`), the validation recovery and the log walks use (:func:`check_record`), the
 identity check of a read (:func:`record_is`), and the few fields read on their own (:func:`message_size`,
-:func:`store_timestamp`, :func:`record_tags`). The layout and the encoder are in
+:func:`store_timestamp`, :func:`record_tags`, :func:`record_properties`). The layout and the encoder are in
 :mod:`app.store.record_format`.
 """
 
@@ -50,6 +50,8 @@ __all__ = [
     "decode_record",
     "message_size",
     "record_is",
+    "record_properties",
+    "record_property_bytes",
     "record_tags",
     "store_timestamp",
 ]
@@ -277,12 +279,26 @@ def _valid_topic(raw: bytes) -> str | None:
 _TAGS_PREFIX = b"TAGS\x01"
 
 
+def _properties_at(buf: bytes | memoryview) -> int:
+    """Where the properties of an encoded record start: they run to its end."""
+    (body_len,) = INT.unpack_from(buf, POS_BODY - 4)
+    topic_len_at: int = POS_BODY + body_len
+    return topic_len_at + 1 + buf[topic_len_at] + 2
+
+
+def record_property_bytes(buf: bytes | memoryview) -> bytes:
+    """The encoded properties of a record (``name\\x01value\\x02`` each), copied, not decoded."""
+    return bytes(buf[_properties_at(buf) :])
+
+
+def record_properties(buf: bytes | memoryview) -> dict[str, str]:
+    """The properties of an encoded record, decoded without its body."""
+    return decode_properties(buf[_properties_at(buf) :])
+
+
 def record_tags(buf: bytes | memoryview) -> str:
     """The TAGS property of an encoded record, read without decoding the rest of it."""
-    (body_len,) = INT.unpack_from(buf, POS_BODY - 4)
-    topic_len_at = POS_BODY + body_len
-    props_at = topic_len_at + 1 + buf[topic_len_at] + 2
-    properties = bytes(buf[props_at:])
+    properties = bytes(buf[_properties_at(buf) :])
     start = 0
     while True:
         found = properties.find(_TAGS_PREFIX, start)

@@ -124,3 +124,16 @@ def test_producer_retries_on_another_broker_after_a_failure(broker: BrokerProces
     assert not producer.faults.available("broker-dead")
     with PullConsumer(broker.url, "retry", "check", max_wait_ms=300) as consumer:
         assert sorted(consume(consumer, 6)) == sorted(f"x{i}".encode() for i in range(6))
+
+
+def test_a_consumer_filters_with_a_sql92_expression(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "sql-e2e", "queues": 2})
+    with Producer(broker.url) as producer:
+        for i in range(10):
+            producer.send("sql-e2e", f"s{i}", properties={"n": str(i)})
+    with PullConsumer(
+        broker.url, "sql-e2e", "sql-readers", sql92="n BETWEEN 3 AND 5", start="first", max_wait_ms=300
+    ) as consumer:
+        bodies = consume(consumer, 3)
+        assert consumer.poll(0.5) is None
+    assert sorted(bodies) == [b"s3", b"s4", b"s5"]

@@ -81,3 +81,23 @@ def test_a_member_that_closes_leaves_its_queues_to_the_others(broker: BrokerProc
         assert stays.commit(batch)
     finally:
         stays.close()
+
+
+def test_a_member_subscribes_with_a_sql92_expression(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "priced", "queues": 2})
+    with Producer(broker.url) as producer:
+        for amount in (50, 150, 250, 5):
+            producer.send("priced", f"a{amount}", properties={"amount": str(amount)})
+    subscription = {"type": "sql92", "expression": "amount > 100"}
+    consumer = GroupConsumer(broker.url, "priced-readers", {"priced": subscription}, consume_from="first")
+    try:
+        got: list[str] = []
+        for _ in range(10):
+            batch = consumer.poll(max_messages=8, max_wait_ms=300)
+            got += [message["body"] for message in batch.messages]
+            assert consumer.commit(batch)
+            if len(got) >= 2:
+                break
+        assert sorted(got) == ["a150", "a250"]
+    finally:
+        consumer.close()

@@ -142,7 +142,7 @@ def test_found_returns_messages_and_the_offset_after_the_last(store: MessageStor
 
 def test_no_matched_message_moves_past_what_was_scanned(store: MessageStore) -> None:
     put_bodies(store, 5, tags="TagA")
-    result = store.get_message("orders", 0, 0, tag_filter=TagFilter.parse("TagB"))
+    result = store.get_message("orders", 0, 0, message_filter=TagFilter.parse("TagB"))
     assert summary(result) == (Status.NO_MATCHED_MESSAGE, 5, 0, 5)
     assert result.records == [] and result.total_bytes == 0
 
@@ -154,14 +154,14 @@ def test_no_matched_message_scans_one_consume_queue_segment_at_a_time(store: Mes
     nexts = []
     offset = 0
     while (
-        result := store.get_message("orders", 0, offset, tag_filter=tag_b)
+        result := store.get_message("orders", 0, offset, message_filter=tag_b)
     ).status is Status.NO_MATCHED_MESSAGE:
         nexts.append(result.next_offset)
         offset = result.next_offset
     assert nexts == [entries, 2 * entries, 20]
     assert result.status is Status.OFFSET_OVERFLOW_ONE
     # Starting in the middle of a segment scans to its end.
-    assert store.get_message("orders", 0, 3, tag_filter=tag_b).next_offset == entries
+    assert store.get_message("orders", 0, 3, message_filter=tag_b).next_offset == entries
 
 
 @pytest.mark.parametrize(("max_messages", "scanned"), [(1, 5), (8, 8), (30, 30)])
@@ -171,7 +171,9 @@ def test_a_read_scans_at_most_max_scan_bytes_or_max_messages_entries(
     # 100 bytes of ConsumeQueue are 5 entries; asking for more messages scans 20 bytes per message.
     store = make_store(max_scan_bytes_per_pull=100, consumequeue_file_entries=64)
     put_bodies(store, 40, tags="TagA")
-    result = store.get_message("orders", 0, 2, max_messages=max_messages, tag_filter=TagFilter.parse("TagB"))
+    result = store.get_message(
+        "orders", 0, 2, max_messages=max_messages, message_filter=TagFilter.parse("TagB")
+    )
     assert (result.status, result.next_offset) == (Status.NO_MATCHED_MESSAGE, 2 + scanned)
 
 
@@ -244,7 +246,7 @@ def test_tags_with_the_same_hash_code_are_told_apart(store: MessageStore) -> Non
 
 def test_a_colliding_tag_alone_is_no_match(store: MessageStore) -> None:
     put_tagged(store, ["BB", "BB", "BB"])
-    result = store.get_message("orders", 0, 0, tag_filter=TagFilter.parse("Aa"))
+    result = store.get_message("orders", 0, 0, message_filter=TagFilter.parse("Aa"))
     assert (result.status, result.next_offset) == (Status.NO_MATCHED_MESSAGE, 3)
 
 
@@ -255,7 +257,7 @@ def test_a_filtered_read_skips_no_matching_message(store: MessageStore) -> None:
     seen = []
     offset = 0
     while (
-        result := store.get_message("orders", 0, offset, max_messages=1, tag_filter=tag_a)
+        result := store.get_message("orders", 0, offset, max_messages=1, message_filter=tag_a)
     ).status is Status.FOUND:
         [queue_offset] = result.queue_offsets
         assert offset <= queue_offset < result.next_offset

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from app.api.errors import ApiError, ErrorCode
 from app.broker import Broker, parse_start
-from app.store import TagFilter
+from app.broker.filters import FilterExpression, filter_of
+from app.store import MessageFilter
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.filter import FilterExpressionError
 
@@ -19,13 +20,13 @@ GROUP_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 class SubscribeParams:
     topic: str
     group: str | None
-    tag_filter: TagFilter | None
+    message_filter: MessageFilter | None
     policy: ConsumeFromWhere  # from=last, first, or a timestamp (store time, ms)
     timestamp_ms: int | None
     queues: list[int] | None  # None: every read queue (shared with the group's other members)
     credit: int
     read_queues: int
-    tags: str = "*"  # the tag expression as given
+    expression: FilterExpression = FilterExpression.tags()  # the filter as given
 
 
 def _integer(name: str, raw: str) -> int:
@@ -48,9 +49,9 @@ async def parse_subscribe(query: Mapping[str, str], broker: Broker) -> Subscribe
             ErrorCode.INVALID_PARAMETER,
             f"group {group!r} must be 1-255 letters, digits or % | - _",
         )
-    tags = query.get("tags")
+    expression = filter_of(query.get("filter_type"), query.get("filter"), query.get("tags"))
     try:
-        tag_filter = TagFilter.parse(tags)
+        message_filter = expression.compile()
     except FilterExpressionError as exc:
         raise ApiError(ErrorCode.INVALID_TAG_EXPRESSION, str(exc)) from None
     policy, timestamp_ms = parse_start(query.get("from") or "last")
@@ -69,7 +70,7 @@ async def parse_subscribe(query: Mapping[str, str], broker: Broker) -> Subscribe
     if credit > limit:
         raise ApiError(ErrorCode.INVALID_PARAMETER, f"credit is {credit}, the limit is {limit}")
     return SubscribeParams(
-        topic, group, tag_filter, policy, timestamp_ms, queues, credit, config.read_queue_nums, tags or "*"
+        topic, group, message_filter, policy, timestamp_ms, queues, credit, config.read_queue_nums, expression
     )
 
 

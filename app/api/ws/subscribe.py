@@ -93,7 +93,7 @@ class Subscription:
                 params.group,
                 self.member_id,
                 params.topic,
-                params.tags,
+                params.expression,
                 lambda assignment: self.assign(assignment.get(params.topic, [])),
             )
         else:
@@ -319,7 +319,7 @@ class Subscription:
 
     async def _read(self, cursor: QueueCursor) -> None:
         broker = self.broker
-        topic, queue_id, tag_filter = self.params.topic, cursor.queue_id, self.params.tag_filter
+        topic, queue_id, message_filter = self.params.topic, cursor.queue_id, self.params.message_filter
 
         def room() -> int:
             """New messages that may be sent now; none while bytes wait or a redelivery is due."""
@@ -352,7 +352,7 @@ class Subscription:
                 queue_id,
                 cursor.offset,
                 room,
-                tag_filter,
+                message_filter,
                 self.hold_s,
                 wake=cursor.kick,
             )
