@@ -141,3 +141,8 @@ class ReceiptHandleExpiredError(BrokerError):
 
 class MessageNotFoundError(BrokerError):
     """No stored message here has that id, or sits at that queue offset."""
+
+
+class QueueNotLockedError(BrokerError):
+    """An ordered member commits a queue whose lock it does not hold (it expired, was released,
+    or another member holds it): nothing was committed."""
