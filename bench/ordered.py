@@ -7,7 +7,7 @@ Run from the repository root::
 
 A real broker (``python -m app``, ASYNC flush, 1 GiB CommitLog segments) runs in its own process;
 one topic of 8 queues is filled once with small messages (128 B) under 256 sharding keys. Then,
-for each repeat, a fresh group of ``members`` members (asyncio and httpx in this process, which
+for each repeat, a fresh group of ``consumers`` members (asyncio and httpx in this process, which
 shares the machine's cores with the broker, one HTTP/1.1 connection each) joins - every member
 heartbeats until all agree on the generation - and drains the topic: each member pulls ``batch``
 messages across its queues (``GET /v1/groups/{group}/messages``) and commits what it read with its
@@ -35,10 +35,10 @@ from typing import Any
 import httpx
 import orjson
 
-from bench import harness
+from bench import harness, pop
 from bench.harness import Result
-from bench.http_load import cpu_seconds
 from bench.http_setup import GIB, text_body
+from bench.pop import Drain
 from tests.api.server import BrokerProcess
 
 SECTIONS = ("concurrent", "orderly")
@@ -52,61 +52,50 @@ TOPIC = "ordered-bench"
 class Plan:
     repeats: int
     messages: int  # stored once, drained by each repeat
-    members: int
+    consumers: int  # the group's members
     batch: int
 
 
-FULL = Plan(repeats=3, messages=100_000, members=4, batch=32)
+FULL = Plan(repeats=3, messages=100_000, consumers=4, batch=32)
 QUICK = replace(FULL, repeats=1, messages=20_000)
 
 
-@dataclass(frozen=True, slots=True)
-class Drain:
-    messages_per_s: float
-    server_cpu_us_per_message: float
+class Run(pop.Run):
+    """One broker with the topic filled; each drain uses a group of its own, whose members are the
+    drain's connections."""
 
-
-class Run:
-    """One broker with the topic filled; each drain uses a group of its own."""
-
-    def __init__(self, plan: Plan, broker: BrokerProcess) -> None:
-        assert broker.process is not None
-        self.plan = plan
-        self.url = broker.url
-        self.pid = broker.process.pid
-        self.groups = 0
-
-    async def drain(self, mode: str) -> Drain:
-        self.groups += 1
-        group = f"{mode}-{self.groups}"
-        members = [f"member-{index}" for index in range(self.plan.members)]
-        limits = httpx.Limits(max_connections=self.plan.members)
-        async with httpx.AsyncClient(base_url=self.url, timeout=60, limits=limits) as client:
+    async def members(self, mode: str) -> Drain:
+        group = self.group(mode)
+        members = [f"member-{index}" for index in range(self.plan.consumers)]
+        async with httpx.AsyncClient(base_url=self.url, timeout=60) as client:
             generation = await join(client, group, members, mode)
-            cpu = cpu_seconds(self.pid)
-            started = time.perf_counter()
-            counts = await asyncio.gather(
-                *(self.member(client, group, member, generation) for member in members)
-            )
-            elapsed = time.perf_counter() - started
-            cpu = cpu_seconds(self.pid) - cpu
-        assert sum(counts) == self.plan.messages, (sum(counts), self.plan.messages)
-        return Drain(sum(counts) / elapsed, cpu / sum(counts) * 1e6)
+        counts = []
 
-    async def member(self, client: httpx.AsyncClient, group: str, member: str, generation: int) -> int:
-        count = 0
-        params = {"client_id": member, "max_messages": self.plan.batch}
-        while True:
-            answer = orjson.loads((await client.get(f"/v1/groups/{group}/messages", params=params)).content)
-            if not answer["messages"]:
-                return count
-            count += len(answer["messages"])
-            offsets = [
-                {"topic": item["topic"], "queue_id": item["queue_id"], "offset": item["next_offset"]}
-                for item in answer["offsets"]
-            ]
-            body = {"client_id": member, "generation": generation, "offsets": offsets}
-            (await client.put(f"/v1/groups/{group}/offsets", json=body)).raise_for_status()
+        async def worker(client: httpx.AsyncClient, index: int) -> int:
+            count = await member(client, group, members[index], generation, self.plan.batch)
+            counts.append(count)
+            return count
+
+        drained = await self.drain(worker)
+        assert sum(counts) == self.plan.messages, (sum(counts), self.plan.messages)
+        return drained
+
+
+async def member(client: httpx.AsyncClient, group: str, client_id: str, generation: int, batch: int) -> int:
+    """Pull and commit until a pull answers nothing; the messages consumed."""
+    count = 0
+    params = {"client_id": client_id, "max_messages": batch}
+    while True:
+        answer = orjson.loads((await client.get(f"/v1/groups/{group}/messages", params=params)).content)
+        if not answer["messages"]:
+            return count
+        count += len(answer["messages"])
+        offsets = [
+            {"topic": item["topic"], "queue_id": item["queue_id"], "offset": item["next_offset"]}
+            for item in answer["offsets"]
+        ]
+        body = {"client_id": client_id, "generation": generation, "offsets": offsets}
+        (await client.put(f"/v1/groups/{group}/offsets", json=body)).raise_for_status()
 
 
 async def join(client: httpx.AsyncClient, group: str, members: list[str], mode: str) -> int:
@@ -155,7 +144,7 @@ def measure(plan: Plan, run: Run, sections: list[str]) -> list[Result]:
     samples: dict[str, list[Drain]] = {name: [] for name in sections}
     for _ in range(plan.repeats):
         for name in sections:  # interleaved, against the machine's noise
-            samples[name].append(asyncio.run(run.drain(name)))
+            samples[name].append(asyncio.run(run.members(name)))
     results = {}
     for name, drained in samples.items():
         cpu = statistics.median(drain.server_cpu_us_per_message for drain in drained)
@@ -163,7 +152,7 @@ def measure(plan: Plan, run: Run, sections: list[str]) -> list[Result]:
             f"{name} ({plan.batch}/pull)",
             "messages/s",
             [drain.messages_per_s for drain in drained],
-            note=f"{cpu:,.0f} us server CPU/message; {plan.members} members, {QUEUES} queues, {BODY} B bodies",
+            note=f"{cpu:,.0f} us server CPU/message; {plan.consumers} members, {QUEUES} queues, {BODY} B bodies",
             extra={"server_cpu_us_per_message": cpu},
         )
     if "concurrent" in results:
