@@ -78,6 +78,11 @@ class PopRequest(BaseModel):
         "last", description="Where the group starts on a queue it has no offset for"
     )
     consume_timestamp_ms: int | None = Field(None, ge=0, description="With consume_from=timestamp")
+    consume_mode: Literal["concurrently", "orderly"] = Field(
+        "concurrently",
+        description="orderly: a queue one batch at a time, the next only once the batch is acked; a "
+        "message nacked or not acked in time comes again first (retried in place)",
+    )
 
     model_config = ConfigDict(
         extra="forbid",
@@ -168,7 +173,14 @@ async def pop(
     if not config.readable:
         raise ApiError(ErrorCode.TOPIC_NOT_READABLE, f"topic {topic!r} does not allow reading")
     popped = await service.pop(
-        group, topic, count, body.invisible_ms, body.max_wait_ms, _start(body), request.receive
+        group,
+        topic,
+        count,
+        body.invisible_ms,
+        body.max_wait_ms,
+        _start(body),
+        request.receive,
+        orderly=body.consume_mode == "orderly",
     )
     messages = []
     for item in popped:
