@@ -154,7 +154,7 @@ def check_order(log: list[tuple[str, str, int]], allow_replay: bool) -> int:
 def test_each_keys_order_holds_while_members_come_and_go_and_the_broker_is_killed(tmp_path: Path) -> None:
     broker = BrokerProcess(
         tmp_path / "store",
-        lock_expiry_s=3,
+        lock_expiry_s=5,
         consumer_expiry_s=2,
         orderly_suspend_ms=50,
         consumer_offset_persist_interval_ms=100,
