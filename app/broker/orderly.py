@@ -12,7 +12,6 @@ or its lock expires. A failed message is retried in place (:mod:`app.broker.retr
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -34,10 +33,7 @@ def check_member(member: Member) -> None:
 
 async def persist(broker: Broker) -> None:
     """Write the locks and in-place retries if they changed (before the change is answered)."""
-    locks = broker.queue_locks
-    if locks.dirty:
-        version, data = locks.snapshot()
-        await asyncio.to_thread(locks.write, version, data)
+    await broker.queue_locks.flush()
 
 
 async def lock(broker: Broker, name: str, client_id: str, queues: Iterable[QueueId]) -> list[QueueId]:

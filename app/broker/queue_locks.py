@@ -18,6 +18,7 @@ Suspensions are short and kept in memory only.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import threading
@@ -59,6 +60,7 @@ class QueueLocks:
         self._write_lock = threading.Lock()
         self._version = 0
         self._written = 0
+        self._writing: asyncio.Future[None] | None = None
         if path.exists():
             self._load(json.loads(path.read_text()))
 
@@ -174,6 +176,22 @@ class QueueLocks:
     @property
     def dirty(self) -> bool:
         return self._version != self._written
+
+    async def flush(self) -> None:
+        """Return once every change made so far is written. Callers share the writes: one runs
+        at a time, and the next one writes whatever changed meanwhile (group commit)."""
+        target = self._version
+        while self._written < target:
+            if self._writing is None:
+                self._writing = asyncio.ensure_future(self._write_latest())
+            await asyncio.shield(self._writing)
+
+    async def _write_latest(self) -> None:
+        try:
+            version, data = self.snapshot()
+            await asyncio.to_thread(self.write, version, data)
+        finally:
+            self._writing = None
 
     def write(self, version: int, data: bytes) -> None:
         """Write a snapshot (from any thread); an older one than the last written is dropped."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -111,3 +112,27 @@ def test_a_failure_suspends_the_queue_and_counts_in_place(locks: QueueLocks, clo
     assert locks.reconsume_times("g", *Q0, 4) == 1
     locks.passed("g", *Q0)
     assert locks.reconsume_times("g", *Q0, 4) == 0
+
+
+def test_concurrent_changes_share_their_writes(locks: QueueLocks) -> None:
+    writes: list[int] = []
+    write = locks.write
+
+    def counted(version: int, data: bytes) -> None:
+        writes.append(version)
+        write(version, data)
+
+    locks.write = counted  # type: ignore[method-assign]
+
+    async def change(index: int) -> None:
+        locks.lock("g", f"client-{index}", [("orders", index)])
+        await locks.flush()
+
+    async def all_changes() -> None:
+        await asyncio.gather(*(change(index) for index in range(50)))
+
+    asyncio.run(all_changes())
+    assert 1 <= len(writes) <= 2
+    again = QueueLocks(locks.path, EXPIRY_MS, locks.clock)
+    assert [again.holder("g", "orders", index) for index in range(50)] == [f"client-{i}" for i in range(50)]
+    assert not locks.dirty
