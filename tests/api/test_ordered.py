@@ -36,14 +36,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         orderly_suspend_ms=SUSPEND_MS,
     )
     process.start()
-    yield process
+    yield process  # the client fixture of tests/conftest.py talks to it
     process.stop()
-
-
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=30) as http:
-        yield http
 
 
 _names = iter(range(10_000))
