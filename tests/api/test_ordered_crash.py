@@ -221,3 +221,26 @@ def test_each_keys_order_holds_while_members_come_and_go_and_the_broker_is_kille
         for client_id in list(members):
             remove(client_id)
         broker.stop()
+
+
+def test_an_orderly_pops_batch_stays_out_across_a_sigkill(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "store").start()
+    body = {"max_messages": 2, "invisible_ms": 60_000, "consume_from": "first", "consume_mode": "orderly"}
+    try:
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            assert client.post("/v1/topics", json={"name": "fifo", "queues": 1}).status_code == 201
+            produce_keyed(client, "fifo", [("k", seq) for seq in range(4)])
+            batch = client.post("/v1/groups/g/topics/fifo/pop", json=body).json()["messages"]
+            assert [m["body"] for m in batch] == ["k:0", "k:1"]
+        broker.kill()
+        broker.start()
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            # The batch is still out: nothing of the queue for anyone until it is acked.
+            assert client.post("/v1/groups/g/topics/fifo/pop", json=body).json()["messages"] == []
+            handles = {"receipt_handles": [m["receipt_handle"] for m in batch]}
+            acked = client.post("/v1/groups/g/topics/fifo/ack", json=handles).json()["results"]
+            assert [result["status"] for result in acked] == ["ok", "ok"]
+            after = client.post("/v1/groups/g/topics/fifo/pop", json=body).json()["messages"]
+            assert [m["body"] for m in after] == ["k:2", "k:3"]
+    finally:
+        broker.stop()
