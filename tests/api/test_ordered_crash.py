@@ -1,6 +1,7 @@
 """Ordered consumption across SIGKILL and restart: live locks come back (no queue goes to another
 member while its lock lives), in-place retry counts too, and each sharding key's messages are
-consumed in order while members join, leave, fail messages and the broker is killed."""
+consumed in order while members join, leave, fail messages and the broker is killed; an orderly
+pop's batch stays out."""
 
 from __future__ import annotations
 
