@@ -97,7 +97,10 @@ class QueueLocks:
             if lock is None or lock.client_id == client_id or not self._live(lock, now):
                 table[queue] = QueueLock(client_id, now)
                 held.append(queue)
-        self._version += 1
+        if held:
+            self._version += 1
+        elif not table:
+            del self._locks[group]
         return sorted(set(held))
 
     def unlock(self, group: str, client_id: str, queues: Iterable[QueueId] | None = None) -> list[QueueId]:

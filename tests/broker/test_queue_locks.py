@@ -136,3 +136,11 @@ def test_concurrent_changes_share_their_writes(locks: QueueLocks) -> None:
     again = QueueLocks(locks.path, EXPIRY_MS, locks.clock)
     assert [again.holder("g", "orders", index) for index in range(50)] == [f"client-{i}" for i in range(50)]
     assert not locks.dirty
+
+
+def test_a_refused_lock_writes_nothing(locks: QueueLocks) -> None:
+    locks.lock("g", "a", [Q0])
+    saved(locks)
+    assert locks.lock("g", "b", [Q0]) == []
+    assert locks.lock("other", "b", []) == []
+    assert not locks.dirty
