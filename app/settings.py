@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     # A group's messages are consumed again at most this often before they go to %DLQ%<group>
     # (RocketMQ's maxReconsumeTimes); PUT /v1/groups/{group}/config changes it per group.
     max_reconsume_times: int = Field(16, ge=0, le=1000)
+    # An ordered member's lock on a queue lives this long after its last renewal (RocketMQ's
+    # REBALANCE_LOCK_MAX_LIVE_TIME; members renew every 20 s).
+    lock_expiry_s: float = Field(60.0, gt=0)
+    # An ordered queue whose message failed waits this long before it is handed out again
+    # (RocketMQ's suspendCurrentQueueTimeMillis).
+    orderly_suspend_ms: int = Field(1000, ge=0, le=3_600_000)
     expiry_scan_interval_s: float = Field(10.0, gt=0)
     database_auto_upgrade: bool = True
     database_timeout_s: float = Field(5.0, gt=0)

@@ -250,6 +250,8 @@ RULES: tuple[Rule, ...] = (
     Rule("POST", "/v1/groups/{group}/heartbeat", heartbeat, "SUB on the group and on each subscribed topic"),
     Rule("DELETE", "/v1/groups/{group}/members/{client_id}", on_group, "SUB on the group"),
     Rule("GET", "/v1/groups/{group}/messages", group_pull, "SUB on the group and on the member's topics"),
+    Rule("POST", "/v1/groups/{group}/locks", on_group, "SUB on the group"),
+    Rule("DELETE", "/v1/groups/{group}/locks", on_group, "SUB on the group"),
     Rule("GET", "/v1/groups/{group}", on_group, "SUB on the group"),
     Rule("PUT", "/v1/groups/{group}/config", Need.admin("changing a group's settings"), "admin"),
     Rule("POST", "/v1/groups/{group}/retry", retry_message, "SUB on the group and on the message's topic"),

@@ -17,7 +17,7 @@ from app.api.errors import ApiError, ErrorCode
 from app.api.groups import GroupName, queue_offsets
 from app.api.schemas import ErrorEnvelope, GroupQueueOffset
 from app.api.topics import BrokerDep
-from app.broker import dead_letter, group_consume
+from app.broker import dead_letter, group_consume, orderly
 from app.broker import retry as retry_module
 from app.broker.filters import SQL92, TAG, FilterExpression
 from app.broker.groups import Group, Member
@@ -79,6 +79,11 @@ class HeartbeatRequest(BaseModel):
         "last", description="Where the group starts on a queue it has no offset for"
     )
     consume_timestamp_ms: int | None = Field(None, ge=0, description="With consume_from=timestamp")
+    consume_mode: Literal["concurrently", "orderly"] = Field(
+        "concurrently",
+        description="orderly: the member locks its queues (POST /v1/groups/{group}/locks) and reads each "
+        "in order, one batch at a time",
+    )
 
     model_config = ConfigDict(
         extra="forbid",
@@ -114,11 +119,17 @@ class GroupPullResponse(BaseModel):
     offsets: list[NextOffset] = Field(description="Per queue read past its offset: the offset to commit")
 
 
+class QueueRef(BaseModel):
+    topic: str = Field(min_length=1, max_length=255)
+    queue_id: int = Field(ge=0)
+
+
 class MemberView(BaseModel):
     client_id: str
     subscriptions: dict[str, Subscription]
     last_heartbeat_ms_ago: int
     assignments: list[Assigned]
+    locks: list[QueueRef] = Field(description="The queues whose live lock the member holds (ordered members)")
 
 
 class GroupConfigBody(BaseModel):
@@ -134,6 +145,7 @@ class GroupView(BaseModel):
     config: GroupConfigBody
     model: str | None
     strategy: str | None
+    consume_mode: str | None
     generation: int | None
     members: list[MemberView]
     offsets: list[GroupQueueOffset]
@@ -166,7 +178,9 @@ def _assigned(broker: BrokerDep, group: Group, member: Member) -> list[dict[str,
 )
 async def heartbeat(group: GroupName, body: HeartbeatRequest, broker: BrokerDep) -> dict[str, Any]:
     subscriptions = {topic: _subscription(value) for topic, value in body.subscriptions.items()}
-    member = Member(body.client_id, subscriptions, body.model, body.strategy, _consume_from(body))
+    member = Member(
+        body.client_id, subscriptions, body.model, body.strategy, _consume_from(body), body.consume_mode
+    )
     joined, assignments = await group_consume.heartbeat(broker, group, member)
     return {
         "group": group,
@@ -183,7 +197,7 @@ async def heartbeat(group: GroupName, body: HeartbeatRequest, broker: BrokerDep)
     responses={404: {"model": ErrorEnvelope}},
 )
 async def leave(group: GroupName, client_id: ClientId, broker: BrokerDep) -> Response:
-    if not broker.groups.leave(group, client_id):
+    if not await orderly.leave(broker, group, client_id):
         raise ApiError(ErrorCode.MEMBER_NOT_FOUND, f"client {client_id!r} is not a member of group {group!r}")
     return Response(status_code=204)
 
@@ -212,7 +226,7 @@ async def group_pull(
     answer = {
         "group": group,
         "generation": found.generation,
-        "messages": [record_to_json(record) for read in reads for record in read.result.records],
+        "messages": [_message(read, record, offset) for read in reads for record, offset in _records(read)],
         "offsets": [
             {"topic": read.topic, "queue_id": read.queue_id, "next_offset": read.result.next_offset}
             for read in reads
@@ -220,6 +234,17 @@ async def group_pull(
         ],
     }
     return Response(orjson.dumps(answer), media_type="application/json")
+
+
+def _records(read: group_consume.QueueRead) -> zip[tuple[memoryview, int]]:
+    return zip(read.result.records, read.result.queue_offsets, strict=True)
+
+
+def _message(read: group_consume.QueueRead, record: memoryview, offset: int) -> dict[str, Any]:
+    message = record_to_json(record)
+    if read.reconsumed is not None and read.reconsumed[0] == offset:
+        message["reconsume_times"] = read.reconsumed[1]  # retried in place
+    return message
 
 
 @router.get(
@@ -247,6 +272,7 @@ async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
         "config": dataclasses.asdict(broker.group_configs.get(group)),
         "model": found.model if found else None,
         "strategy": found.strategy if found else None,
+        "consume_mode": found.consume_mode if found else None,
         "generation": found.generation if found else None,
         "members": [
             {
@@ -257,6 +283,10 @@ async def describe_group(group: GroupName, broker: BrokerDep) -> dict[str, Any]:
                 },
                 "last_heartbeat_ms_ago": int((now - member.last_heartbeat) * 1000),
                 "assignments": _assigned(broker, found, member) if found else [],
+                "locks": [
+                    {"topic": topic, "queue_id": queue_id}
+                    for topic, queue_id in broker.queue_locks.held_by(group, member.client_id)
+                ],
             }
             for member in sorted(members, key=lambda member: member.client_id)
         ],
@@ -288,11 +318,17 @@ class RetryRequest(BaseModel):
 
 
 class RetryAnswer(BaseModel):
-    status: Literal["RETRY", "DEAD_LETTER"]
-    topic: str = Field(description="Where the message went: %RETRY%{group} or %DLQ%{group}")
+    status: Literal["RETRY", "DEAD_LETTER", "SUSPENDED"] = Field(
+        description="SUSPENDED: a message of an ordered queue, handed out again in place once its "
+        "queue's suspension ends"
+    )
+    topic: str = Field(description="Where the message went: %RETRY%{group}, %DLQ%{group}, or its own topic")
     msg_id: str
     reconsume_times: int
     delay_level: int | None = None
+    suspended_until_ms: int | None = Field(
+        None, description="SUSPENDED: when the queue is read again (epoch ms)"
+    )
 
 
 @router.post(

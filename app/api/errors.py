@@ -62,6 +62,7 @@ class ErrorCode(enum.IntEnum):
     GENERATION_FENCED = 40904
     GROUP_CONFLICT = 40905
     RECEIPT_HANDLE_EXPIRED = 40910
+    QUEUE_NOT_LOCKED = 40930
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
@@ -151,11 +152,16 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "current one; nothing was committed. The answer carries the current generation."
     ),
     ErrorCode.GROUP_CONFLICT: (
-        "The group's other members consume with another model or allocation strategy; nothing was changed."
+        "The group's other members consume with another model, allocation strategy or consume mode; "
+        "nothing was changed."
     ),
     ErrorCode.RECEIPT_HANDLE_EXPIRED: (
         "The receipt handle is not the message's latest: the message was acked, handed out again, "
         "nacked or given another invisible time since; nothing was changed."
+    ),
+    ErrorCode.QUEUE_NOT_LOCKED: (
+        "An ordered member committed a queue whose lock it does not hold (it expired, was released, or "
+        "another member holds it): nothing was committed; lock the queue again (POST /v1/groups/{group}/locks)."
     ),
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
@@ -258,6 +264,7 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.ReceiptHandleNotFoundError: ErrorCode.RECEIPT_HANDLE_NOT_FOUND,
     broker_errors.ReceiptHandleExpiredError: ErrorCode.RECEIPT_HANDLE_EXPIRED,
     broker_errors.InvalidFilterExpressionError: ErrorCode.INVALID_FILTER_EXPRESSION,
+    broker_errors.QueueNotLockedError: ErrorCode.QUEUE_NOT_LOCKED,
 }
 
 

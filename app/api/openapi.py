@@ -49,6 +49,8 @@ OPERATION_IDS: dict[str, str] = {
     "heartbeat": "heartbeatMember",
     "leave": "leaveGroup",
     "group_pull": "pullAsMember",
+    "lock_queues": "lockQueues",
+    "unlock_queues": "unlockQueues",
     "describe_group": "getGroup",
     "set_group_config": "setGroupConfig",
     "retry": "retryMessage",
@@ -143,14 +145,15 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         "generation (40001)",
         404: "The topic (40402) or the queue (40403) does not exist, or `client_id` is not a member (40407)",
         409: "A member's commit names an older generation or a queue it does not own (40904): nothing "
-        "was committed; the answer carries the current `generation`",
+        "was committed; the answer carries the current `generation`; an ordered member's commit names a "
+        "queue whose lock it does not hold (40930)",
         421: None,
     },
     "heartbeatMember": {
         400: "A bad tag expression (40004), SQL92 expression (40015, with its `line` and `column`) or "
-        "`consume_from` (40012)",
+        "`consume_from` (40012), or consume_mode orderly with model broadcasting (40001)",
         404: "A subscribed topic does not exist (40402)",
-        409: "The group's other members use another model or strategy (40905)",
+        409: "The group's other members use another model, strategy or consume mode (40905)",
         421: None,
     },
     "leaveGroup": {404: "The client is not a member of the group (40407)"},
@@ -158,6 +161,11 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         400: "A bad `max_messages` (40012)",
         404: "The client is not a member of the group: heartbeat first (40407)",
     },
+    "lockQueues": {
+        400: "The member consumes concurrently: heartbeat with consume_mode orderly first (40001)",
+        404: "The client is not a member of the group: heartbeat first (40407)",
+    },
+    "unlockQueues": {},
     "getGroup": {404: "The group has no members, committed offsets or settings (40405)"},
     "setGroupConfig": {},
     "listDeadLetters": {},

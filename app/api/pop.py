@@ -86,6 +86,11 @@ class PopRequest(BaseModel):
     filter: str | None = Field(
         None, max_length=4096, description="With filter_type=sql92: an expression over message properties"
     )
+    consume_mode: Literal["concurrently", "orderly"] = Field(
+        "concurrently",
+        description="orderly: a queue one batch at a time, the next only once the batch is acked; a "
+        "message nacked or not acked in time comes again first (retried in place)",
+    )
 
     model_config = ConfigDict(
         extra="forbid",
@@ -190,6 +195,7 @@ async def pop(
         _start(body),
         request.receive,
         message_filter,
+        orderly=body.consume_mode == "orderly",
     )
     messages = []
     for item in popped:

@@ -23,7 +23,10 @@ class MessageIn(_Strict):
         None, ge=0, description="Explicit queue; else sharding_key; else round robin."
     )
     sharding_key: str | None = Field(
-        None, max_length=1024, description="Messages with one key go to one queue."
+        None,
+        max_length=1024,
+        description="Messages with one key go to one queue: abs(Java String.hashCode(key)) % write queues, "
+        "as RocketMQ's SelectMessageQueueByHash",
     )
     unique_id: str | None = Field(
         None,

@@ -10,7 +10,6 @@ import os
 import secrets
 import socket
 import time
-import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -33,12 +32,15 @@ from app.broker.groups import ConsumerGroups
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
 from app.broker.pull import read_or_hold
+from app.broker.queue_locks import FILE_NAME as QUEUE_LOCKS_FILE
+from app.broker.queue_locks import QueueLocks
 from app.broker.topic_creator import TopicCreator
 from app.codec import RESERVED_PROPERTIES, IncomingMessage
 from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
+from app.sharding import queue_for_key
 from app.store import GetMessageResult, Message, MessageFilter, MessageStore
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.record import StoredMessage
@@ -105,6 +107,9 @@ class Broker:
         self.groups = ConsumerGroups(self.read_queue_count, settings.consumer_expiry_s)
         self.group_configs = GroupConfigs(
             store.config.config_dir, GroupConfig(max_reconsume_times=settings.max_reconsume_times)
+        )
+        self.queue_locks = QueueLocks(
+            store.config.config_dir / QUEUE_LOCKS_FILE, int(settings.lock_expiry_s * 1000)
         )
         self.delays = DelayedDelivery(
             settings, store, lambda name: config.queue_nums if (config := topics.get(name)) else 0
@@ -190,7 +195,7 @@ class Broker:
                 )
             return incoming.queue_id
         if incoming.sharding_key is not None:
-            return zlib.crc32(incoming.sharding_key.encode()) % queues
+            return queue_for_key(incoming.sharding_key, queues)
         counter = self._round_robin.get(config.name)
         if counter is None:
             counter = self._round_robin[config.name] = itertools.count()

@@ -154,3 +154,8 @@ class InvalidFilterExpressionError(BrokerError):
     @property
     def fields(self) -> dict[str, object]:
         return {"line": self.line, "column": self.column}
+
+
+class QueueNotLockedError(BrokerError):
+    """An ordered member commits a queue whose lock it does not hold (it expired, was released,
+    or another member holds it): nothing was committed."""

@@ -13,10 +13,11 @@ import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
+from app.broker import orderly
 from app.broker.core import parse_start
 from app.broker.errors import BadRequestError, GenerationFencedError
 from app.broker.filters import FilterExpression
-from app.broker.groups import BROADCASTING, CLUSTERING, Group, Member
+from app.broker.groups import BROADCASTING, CLUSTERING, ORDERLY, Group, Member
 from app.broker.pull import read_or_hold
 from app.broker.retry import retry_topic
 from app.longpoll.hold import Receive
@@ -37,6 +38,8 @@ class QueueRead:
     queue_id: int
     offset: int
     result: GetMessageResult
+    # An ordered queue's message retried in place: (its queue offset, how often it was handed out again).
+    reconsumed: tuple[int, int] | None = None
 
 
 def offset_group(group: Group | str, member: Member) -> str:
@@ -53,6 +56,7 @@ def _start_offset(broker: Broker, name: str, member: Member, topic: str, queue_i
 async def heartbeat(broker: Broker, name: str, member: Member) -> tuple[Group, list[tuple[str, int, int]]]:
     """Join or renew; the group and the member's (topic, queue id, offset to read from) list."""
     parse_start(member.consume_from)
+    orderly.check_member(member)
     for topic, expression in member.subscriptions.items():
         await broker.topic(topic)  # here, or refused with where it is
         expression.compile()
@@ -98,7 +102,11 @@ async def commit(
     if generation is None:
         raise BadRequestError("a member's commit carries its generation beside its client_id")
     group, member = broker.groups.touch(name, client_id)
-    fence(group, member, generation, [(topic, queue_id) for topic, queue_id, _ in offsets])
+    queues = [(topic, queue_id) for topic, queue_id, _ in offsets]
+    if member.consume_mode == ORDERLY:
+        orderly.fence(broker, group, member, queues)  # the locks fence, across rebalances too
+    else:
+        fence(group, member, generation, queues)
     for topic, queue_id, offset in offsets:
         broker.check_commit(topic, queue_id, offset)
     key = offset_group(group, member)
@@ -127,6 +135,8 @@ async def pull(
         for queue_id in queue_ids:
             if room <= 0:
                 break
+            if not orderly.readable(broker, name, member, topic, queue_id):
+                continue
             offset = _start_offset(broker, key, member, topic, queue_id)
             result = broker.store.get_message(topic, queue_id, offset, room, filters[topic])
             if result.status in _OUT_OF_RANGE:
@@ -137,9 +147,17 @@ async def pull(
                 result = broker.store.get_message(topic, queue_id, offset, room, filters[topic])
             reads.append(QueueRead(topic, queue_id, offset, result))
             room -= len(result.records)
-    if room < max_messages or not reads:
-        return group, _counted(broker, name, reads)
     wait_s = min(max_wait_ms, broker.settings.max_wait_ms) / 1000
+    if not reads and member.consume_mode == ORDERLY and wait_s > 0:
+        # Its queues wait after a failure: read them again once the first one may be read.
+        pause_s = orderly.suspended_for_s(broker, name, member)
+        if pause_s is not None:
+            pause_s = min(pause_s, wait_s)
+            await asyncio.sleep(pause_s)
+            left_ms = max(0, max_wait_ms - int(pause_s * 1000))
+            return await pull(broker, name, client_id, max_messages, left_ms, receive)
+    if room < max_messages or not reads:
+        return group, _counted(broker, name, _ordered(broker, name, member, reads))
     if wait_s <= 0:
         return group, reads
     wake = asyncio.Event()
@@ -172,7 +190,23 @@ async def pull(
         held = await asyncio.gather(*(hold(read) for read in reads))
     finally:
         group.watchers.discard(wake)
-    return group, _counted(broker, name, [read for read in held if read is not None])
+    found = [read for read in held if read is not None]
+    return group, _counted(broker, name, _ordered(broker, name, member, found))
+
+
+def _ordered(broker: Broker, name: str, member: Member, reads: list[QueueRead]) -> list[QueueRead]:
+    """An ordered member's reads of the queues it still holds (a lock may have ended while the
+    pull was held), each with the in-place retry count of its head message."""
+    if member.consume_mode != ORDERLY:
+        return reads
+    locks = broker.queue_locks
+    kept = []
+    for read in reads:
+        if not locks.holds(name, member.client_id, read.topic, read.queue_id):
+            continue
+        times = locks.reconsume_times(name, read.topic, read.queue_id, read.offset)
+        kept.append(dataclasses.replace(read, reconsumed=(read.offset, times)) if times else read)
+    return kept
 
 
 def _counted(broker: Broker, group: str, reads: list[QueueRead]) -> list[QueueRead]:

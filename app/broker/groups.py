@@ -30,6 +30,10 @@ from app.broker.filters import FilterExpression
 CLUSTERING = "clustering"
 BROADCASTING = "broadcasting"
 MODELS = (CLUSTERING, BROADCASTING)
+# RocketMQ's two listener kinds: an orderly member consumes each of its queues in order, holding
+# the queue's lock (app.broker.queue_locks).
+CONCURRENTLY = "concurrently"
+ORDERLY = "orderly"
 
 Assignment = dict[str, list[int]]  # topic -> queue ids
 
@@ -41,6 +45,7 @@ class Member:
     model: str = CLUSTERING
     strategy: str = "averagely"
     consume_from: str = "last"  # last, first, or a timestamp in ms (as the pull's ``from``)
+    consume_mode: str = CONCURRENTLY
     last_heartbeat: float = 0.0
     assignment: Assignment = dataclasses.field(default_factory=dict)
     # A member in this process (a WebSocket subscriber): told its queues at every allocation, and
@@ -64,6 +69,10 @@ class Group:
     @property
     def strategy(self) -> str | None:
         return next((member.strategy for member in self.members.values()), None)
+
+    @property
+    def consume_mode(self) -> str | None:
+        return next((member.consume_mode for member in self.members.values()), None)
 
 
 class ConsumerGroups:
@@ -101,7 +110,8 @@ class ConsumerGroups:
 
     def heartbeat(self, name: str, member: Member) -> Group:
         """Add or renew ``member``; refused when the group's other members use another model or
-        allocation strategy (they would allocate the queues differently)."""
+        allocation strategy (they would allocate the queues differently), or another consume mode
+        (a concurrent member would ignore the ordered members' locks)."""
         self._sweep_if_due()
         if member.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {member.strategy!r}")
@@ -111,10 +121,15 @@ class ConsumerGroups:
         expired = self._expire(group)
         others = [other for other in group.members.values() if other.client_id != member.client_id]
         for other in others:
-            if (other.model, other.strategy) != (member.model, member.strategy):
+            if (other.model, other.strategy, other.consume_mode) != (
+                member.model,
+                member.strategy,
+                member.consume_mode,
+            ):
                 raise GroupConflictError(
-                    f"group {name!r} consumes with model={other.model!r} strategy={other.strategy!r}; "
-                    f"{member.client_id!r} asked for model={member.model!r} strategy={member.strategy!r}"
+                    f"group {name!r} consumes with model={other.model!r} strategy={other.strategy!r} "
+                    f"consume_mode={other.consume_mode!r}; {member.client_id!r} asked for "
+                    f"model={member.model!r} strategy={member.strategy!r} consume_mode={member.consume_mode!r}"
                 )
         member.last_heartbeat = self.clock()
         previous = group.members.get(member.client_id)

@@ -16,6 +16,10 @@ ChangeInvisibleTimeProcessor, over the pop table of :mod:`app.broker.pop_table`)
   sets a new invisible time from now and answers a new handle.
 - A message delivered with the group's max reconsume times and not acked in time, or nacked,
   goes to the dead-letter topic instead (:mod:`app.broker.pop_revive`).
+- An **orderly** pop (RocketMQ 5's orderly pop) hands out a queue one batch at a time: while a
+  message of the queue is in flight and invisible, the queue is its popper's alone; once the
+  batch is acked the next one follows, and a message nacked or not acked in time comes again
+  first (with those after it still out), its reconsume count one higher: a retry in place.
 
 Every answer waits until its changes are in the pop journal (:mod:`app.broker.pop_journal`).
 """
@@ -123,6 +127,7 @@ class PopService:
         start: str = "last",
         receive: Receive | None = None,
         message_filter: MessageFilter | None = None,
+        orderly: bool = False,
     ) -> list[Popped]:
         """Up to ``max_messages`` messages of ``topic`` for ``group``, each invisible to other
         pops for ``invisible_ms``; with none visible, hold up to ``max_wait_ms`` (capped).
@@ -136,7 +141,7 @@ class PopService:
         while True:
             changes: list[PopRecord] = []
             popped, doomed = self._take(
-                group, topic, queue_count, max_messages, invisible_ms, start, changes, message_filter
+                group, topic, queue_count, max_messages, invisible_ms, start, changes, message_filter, orderly
             )
             await self._record(changes)
             self.dead_letters.send_later(group, topic, doomed)
@@ -147,7 +152,7 @@ class PopService:
             if remaining < MIN_HOLD_S:
                 return popped
             codes = message_filter.codes if message_filter is not None else None
-            if not await self._wait(group, topic, queue_count, remaining, receive, codes):
+            if not await self._wait(group, topic, queue_count, remaining, receive, codes, orderly):
                 return popped
 
     def _take(
@@ -160,6 +165,7 @@ class PopService:
         start: str,
         changes: list[PopRecord],
         message_filter: MessageFilter | None = None,
+        orderly: bool = False,
     ) -> tuple[list[Popped], list[Doomed]]:
         """Choose and mark what this pop hands out, and the messages it found due for the
         dead-letter topic. No await here: no other pop sees a message between its choice and
@@ -175,6 +181,9 @@ class PopService:
                 break
             key = (group, topic, (rotation + step) % queue_count)
             queue = self.table.queue(key, start, changes)
+            if orderly and queue.inflight:
+                self._again_in_order(key, queue, now, until, max_messages, popped, doomed, changes)
+                continue
             for offset, entry in queue.expired(now):
                 if len(popped) >= max_messages or len(doomed) >= max_messages:
                     break
@@ -205,6 +214,29 @@ class PopService:
         nonce = self.table.hand_out(changes, key, offset, until, reconsume_times)
         handle = ReceiptHandle(*key, offset, nonce).encode()
         popped.append(Popped(result.records[0], handle, reconsume_times, until))
+
+    def _again_in_order(
+        self,
+        key: QueueKey,
+        queue: PopQueue,
+        now: int,
+        until: int,
+        max_messages: int,
+        popped: list[Popped],
+        doomed: list[Doomed],
+        changes: list[PopRecord],
+    ) -> None:
+        """An orderly queue with messages in flight: nothing while one of them is invisible (its
+        batch is out); else its messages again, in offset order, before anything new."""
+        if any(entry.deadline_ms > now for entry in queue.inflight.values()):
+            return
+        for offset, entry in list(queue.inflight.items()):
+            if len(popped) >= max_messages:
+                break
+            if self.dead_letters.due(key[0], entry):
+                doomed.append(self.dead_letters.hold(changes, key, offset, entry))
+            else:
+                self._again(key, offset, entry, until, popped, changes)
 
     def _new(
         self,
@@ -253,6 +285,7 @@ class PopService:
         remaining_s: float,
         receive: Receive | None,
         codes: frozenset[int] | None = None,
+        orderly: bool = False,
     ) -> bool:
         """Hold until a message arrives past what was handed out, one in flight becomes visible,
         a nack or change of invisibility wakes the group's pops, or ``remaining_s`` ends. False
@@ -269,11 +302,14 @@ class PopService:
         wake = asyncio.Event()
         watchers = self._watchers.setdefault((group, topic), set())
         watchers.add(wake)
+        now = self.now_ms()
         holds = [
             asyncio.ensure_future(
                 self.broker.holds.hold(topic, queue_id, queue.popped_until, codes, timeout_s)
             )
             for queue_id, queue in queues.items()
+            # An orderly queue whose batch is out waits for its ack or deadline, not for arrivals.
+            if not (orderly and any(entry.deadline_ms > now for entry in queue.inflight.values()))
         ]
         gone = asyncio.ensure_future(_disconnected(receive)) if receive is not None else None
         tasks = [*holds, asyncio.ensure_future(wake.wait()), asyncio.ensure_future(asyncio.sleep(timeout_s))]
@@ -319,6 +355,7 @@ class PopService:
                 found = AckStatus.OK
             statuses.append(found)
         await self._record(changes)
+        self._wake(group, topic)  # an orderly queue whose batch is acked goes on
         return statuses
 
     async def nack(self, group: str, topic: str, handles: Sequence[str], delay_ms: int) -> list[AckStatus]:

@@ -8,6 +8,12 @@ app.broker.delay. The members of a clustering group read the retry topic beside 
 reconsume_times one higher. Past the group's max reconsume times it goes to the dead-letter topic
 instead (app.broker.dead_letter).
 
+A message of an ordered queue (its group consumes orderly, or the queue's lock lives) is retried in
+place instead, as RocketMQ's orderly consumer does (SUSPEND_CURRENT_QUEUE_A_MOMENT): the queue is
+suspended for WHARF_ORDERLY_SUSPEND_MS, then the same message is handed out again from the group's
+offset, its reconsume count one higher; past the max reconsume times it goes to the dead-letter
+topic and the group's offset moves past it, so that the queue goes on.
+
 The copy keeps the body, unique id, keys, tags and properties; ``RETRY_TOPIC`` names the topic it
 was first produced to and ``ORIGIN_MESSAGE_ID`` its first message id.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from app.broker import orderly
 from app.broker.dead_letter import (
     append_durably,
     copy_to,
@@ -50,6 +57,7 @@ class SentBack:
     msg_id: str
     reconsume_times: int
     delay_level: int | None = None
+    suspended_until_ms: int | None = None
 
 
 def find(
@@ -70,7 +78,10 @@ def find(
 
 async def send_back(broker: Broker, group: str, stored: StoredMessage) -> SentBack:
     """Send ``stored`` to the group's retry topic after its delay, or to the dead-letter topic when
-    the group has consumed it again as often as it may; durable as the flush mode promises."""
+    the group has consumed it again as often as it may; durable as the flush mode promises. A
+    message of an ordered queue is retried in place instead."""
+    if orderly.in_place(broker, group, stored.topic, stored.queue_id):
+        return await _retry_in_place(broker, group, stored)
     reconsume_times = stored.reconsume_times + 1
     if reconsume_times > max_reconsume_times(broker, group):
         dead = await send_to_dead_letter(broker, group, stored, stored.reconsume_times)
@@ -86,3 +97,24 @@ async def send_back(broker: Broker, group: str, stored: StoredMessage) -> SentBa
     appended = await append_durably(broker, message)
     broker.delays.wakeup()
     return SentBack("RETRY", topic, appended.msg_id, reconsume_times, min(level, 18))
+
+
+async def _retry_in_place(broker: Broker, group: str, stored: StoredMessage) -> SentBack:
+    """Suspend the message's queue and hand the message out again (``SUSPENDED``), or past the
+    max reconsume times send it to the dead-letter topic and move the group's offset past it."""
+    locks = broker.queue_locks
+    topic, queue_id, offset = stored.topic, stored.queue_id, stored.queue_offset
+    times = max(stored.reconsume_times, locks.reconsume_times(group, topic, queue_id, offset))
+    if times + 1 > max_reconsume_times(broker, group):
+        dead = await send_to_dead_letter(broker, group, stored, times)
+        locks.passed(group, topic, queue_id)
+        offsets = broker.store.consumer_offsets
+        if offsets.query(group, topic, queue_id) <= offset:
+            offsets.commit(group, topic, queue_id, offset + 1)
+        await orderly.persist(broker)
+        return SentBack("DEAD_LETTER", dead.topic, dead.msg_id, times)
+    suspend_ms = broker.settings.orderly_suspend_ms
+    times = locks.failed(group, topic, queue_id, offset, suspend_ms, times + 1)
+    await orderly.persist(broker)
+    until = locks.suspended_until(group, topic, queue_id) or locks.now_ms()
+    return SentBack("SUSPENDED", topic, stored.msg_id, times, suspended_until_ms=until)

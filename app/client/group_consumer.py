@@ -13,6 +13,11 @@ between) is dropped: the queue's new owner reads those messages again (at-least-
 
 A subscription is a tag expression (``"*"``, ``"TagA || TagB"``) or a SQL92 filter over message
 properties, ``{"type": "sql92", "expression": "region = 'eu' AND amount > 100"}``.
+
+With ``consume_mode="orderly"`` the member also locks the queues each heartbeat assigns it (so
+renewing them), and before each pull releases those no longer its own, once the batch it read
+from them was committed; the broker hands it only the queues it holds, in order, and a commit
+refused because a lock was lost is dropped like a fenced one.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from app.client.routes import RouteCache
 
 NOT_A_MEMBER = 40407
 FENCED = 40904
+NOT_LOCKED = 40930
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,7 @@ class GroupConsumer(HttpOwner):
         model: str = "clustering",
         strategy: str = "averagely",
         consume_from: str = "last",
+        consume_mode: str = "concurrently",
         timeout_s: float = 10.0,
         user: User | None = None,
     ) -> None:
@@ -70,12 +77,15 @@ class GroupConsumer(HttpOwner):
             "model": model,
             "strategy": strategy,
             "consume_from": consume_from,
+            "consume_mode": consume_mode,
         }
+        self.orderly = consume_mode == "orderly"
         self.timeout_s = timeout_s
         self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
         self.routes = RouteCache(self.http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
         self.generations: dict[str, int] = {}  # broker address -> generation of its last answer
         self.assignments: dict[str, list[dict[str, Any]]] = {}
+        self.locked: dict[str, list[dict[str, Any]]] = {}  # broker address -> queues held (orderly)
         self._interval_s = 10.0
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -106,6 +116,34 @@ class GroupConsumer(HttpOwner):
             self.generations[address] = body["generation"]
             self.assignments[address] = body["assignments"]
             self._interval_s = body["heartbeat_interval_ms"] / 1000
+        if self.orderly:
+            self._lock_queues(address, body["assignments"])
+
+    def _lock_queues(self, address: str, assignments: list[dict[str, Any]]) -> None:
+        """Lock (or renew) the queues assigned; those still held from before stay held until
+        :meth:`_release_revoked`."""
+        queues = [{"topic": item["topic"], "queue_id": item["queue_id"]} for item in assignments]
+        body = {"client_id": self.client_id, "queues": queues}
+        answer = self.http.post(f"{address}/v1/groups/{self.group}/locks", json=body)
+        raise_for_envelope(answer)
+        with self._lock:
+            revoked = [queue for queue in self.locked.get(address, []) if queue not in queues]
+            self.locked[address] = answer.json()["queues"] + revoked
+
+    def _release_revoked(self, address: str) -> None:
+        """Unlock the queues held that the broker no longer assigns this member."""
+        with self._lock:
+            assigned = [
+                {"topic": i["topic"], "queue_id": i["queue_id"]} for i in self.assignments.get(address, [])
+            ]
+            revoked = [queue for queue in self.locked.get(address, []) if queue not in assigned]
+        if revoked:
+            body = {"client_id": self.client_id, "queues": revoked}
+            raise_for_envelope(
+                self.http.request("DELETE", f"{address}/v1/groups/{self.group}/locks", json=body)
+            )
+            with self._lock:
+                self.locked[address] = [queue for queue in self.locked[address] if queue not in revoked]
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -125,6 +163,13 @@ class GroupConsumer(HttpOwner):
         }
         url = f"{address}/v1/groups/{self.group}/messages"
         timeout = self.timeout_s + max_wait_ms / 1000
+        if self.orderly:
+            self._release_revoked(address)  # the last batch of those queues was committed by now
+            with self._lock:
+                assignments = self.assignments.get(address, [])
+                missing = len(self.locked.get(address, [])) < len(assignments)
+            if missing:  # another member held some when they were assigned: ask again
+                self._lock_queues(address, assignments)
         answer = self.http.get(url, params=params, timeout=timeout)
         if answer.status_code == 404 and _error_code(answer) == NOT_A_MEMBER:
             self._join(address)  # expired, or the broker restarted
@@ -143,8 +188,8 @@ class GroupConsumer(HttpOwner):
                 yield batch
 
     def commit(self, batch: GroupBatch) -> bool:
-        """Commit what ``batch`` read; False when the group rebalanced since (nothing committed:
-        the messages come again to the queue's owner)."""
+        """Commit what ``batch`` read; False when the group rebalanced since, or an ordered member
+        lost a queue's lock (nothing committed: the messages come again to the queue's owner)."""
         if not batch.offsets:
             return True
         offsets = [
@@ -153,7 +198,7 @@ class GroupConsumer(HttpOwner):
         ]
         body = {"client_id": self.client_id, "generation": batch.generation, "offsets": offsets}
         answer = self.http.put(f"{batch.address}/v1/groups/{self.group}/offsets", json=body)
-        if answer.status_code == 409 and _error_code(answer) == FENCED:
+        if answer.status_code == 409 and _error_code(answer) in (FENCED, NOT_LOCKED):
             self._join(batch.address)
             return False
         raise_for_envelope(answer)

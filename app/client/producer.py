@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.fault import LatencyFaultTolerance
 from app.client.routes import MessageQueue, RouteCache
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
+from app.sharding import queue_for_key
 
 
 @dataclass(slots=True)
@@ -125,7 +125,7 @@ class Producer(HttpOwner):
     ) -> MessageQueue:
         if sharding_key is not None:
             # One key, one queue: ordered messages must not move to another broker on retry.
-            return queues[zlib.crc32(sharding_key.encode()) % len(queues)]
+            return queues[queue_for_key(sharding_key, len(queues))]
         start = next(self._counter)
         for step in range(len(queues)):
             queue = queues[(start + step) % len(queues)]

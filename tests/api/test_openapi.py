@@ -36,6 +36,8 @@ OPERATION_IDS = {
     ("put", "/v1/groups/{group}/offsets"): "commitOffsets",
     ("post", "/v1/groups/{group}/heartbeat"): "heartbeatMember",
     ("delete", "/v1/groups/{group}/members/{client_id}"): "leaveGroup",
+    ("post", "/v1/groups/{group}/locks"): "lockQueues",
+    ("delete", "/v1/groups/{group}/locks"): "unlockQueues",
     ("get", "/v1/groups/{group}/messages"): "pullAsMember",
     ("get", "/v1/groups/{group}"): "getGroup",
     ("put", "/v1/groups/{group}/config"): "setGroupConfig",
