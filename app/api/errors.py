@@ -49,6 +49,7 @@ class ErrorCode(enum.IntEnum):
     GROUP_NOT_FOUND = 40405
     CLUSTER_NOT_FOUND = 40406
     MEMBER_NOT_FOUND = 40407
+    TRANSACTION_NOT_FOUND = 40408
     RECEIPT_HANDLE_NOT_FOUND = 40410
     METHOD_NOT_ALLOWED = 40501
     NOT_ACCEPTABLE = 40601
@@ -61,6 +62,7 @@ class ErrorCode(enum.IntEnum):
     GENERATION_FENCED = 40904
     GROUP_CONFLICT = 40905
     RECEIPT_HANDLE_EXPIRED = 40910
+    TRANSACTION_ENDED = 40920
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
@@ -125,6 +127,9 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "The receipt handle names no message the group popped from the topic (never handed out, of "
         "another group or topic, or not a receipt handle)."
     ),
+    ErrorCode.TRANSACTION_NOT_FOUND: (
+        "The transaction id names no transaction on this broker (never begun here, or no longer stored)."
+    ),
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
     ErrorCode.NOT_ACCEPTABLE: "The Accept header asks for a format this path cannot produce.",
     ErrorCode.WS_CLIENT_IDLE: (
@@ -151,6 +156,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.RECEIPT_HANDLE_EXPIRED: (
         "The receipt handle is not the message's latest: the message was acked, handed out again, "
         "nacked or given another invisible time since; nothing was changed."
+    ),
+    ErrorCode.TRANSACTION_ENDED: (
+        "The transaction was committed or rolled back already; nothing was changed. The answer carries "
+        "transaction_id and state (COMMITTED, ROLLED_BACK, or null when no longer known)."
     ),
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
@@ -252,6 +261,8 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.MessageNotFoundError: ErrorCode.MESSAGE_NOT_FOUND,
     broker_errors.ReceiptHandleNotFoundError: ErrorCode.RECEIPT_HANDLE_NOT_FOUND,
     broker_errors.ReceiptHandleExpiredError: ErrorCode.RECEIPT_HANDLE_EXPIRED,
+    broker_errors.TransactionNotFoundError: ErrorCode.TRANSACTION_NOT_FOUND,
+    broker_errors.TransactionEndedError: ErrorCode.TRANSACTION_ENDED,
 }
 
 
