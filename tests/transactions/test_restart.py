@@ -5,6 +5,7 @@ first after 1 s, then every 1 s, rolled back after 3."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,3 +158,17 @@ def test_a_polling_producer_sees_its_open_transactions_across_sigkill(checking: 
     assert rollback(client, other["transaction_id"]).status_code == 200
     assert pending(client, "poller") == []
     assert [message["body"] for message in topic_messages(client, TOPIC)] == ["polled"]
+
+
+def test_a_clean_stop_writes_the_checkpoint_before_the_open_transactions(process: BrokerProcess) -> None:
+    client = httpx.Client(base_url=process.url, timeout=30)
+    ended, still_open = begin(client, TOPIC, "orders", {"body": "ended"}, {"body": "open"})
+    assert commit(client, ended["transaction_id"]).status_code == 200
+    assert process.stop() == 0
+    checkpoint = json.loads((process.store_dir / "config" / "transactionCheckpoint.json").read_bytes())
+    # The open one is the second half message; the one op record ends the first.
+    assert checkpoint == {"halfOffset": 1, "opOffset": 1}
+
+    process.start()
+    assert commit(client, still_open["transaction_id"]).status_code == 200
+    assert ended_as(commit(client, ended["transaction_id"])) == "COMMITTED"
