@@ -195,10 +195,12 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         409: "The transaction was committed or rolled back already (40920), or its topic does not accept "
         "messages (40902): nothing was changed",
         421: None,
+        507: None,
     },
     "rollbackTransaction": {
         404: "No transaction has that id here (40408)",
         409: "The transaction was committed or rolled back already (40920): nothing was changed",
+        507: None,
     },
     "listPendingTransactions": {400: "A bad `producer_group` or `limit` (40012)"},
     "registerProducer": {400: "`check_url` is not an http(s) URL (40012)"},

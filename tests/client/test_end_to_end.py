@@ -124,3 +124,17 @@ def test_producer_retries_on_another_broker_after_a_failure(broker: BrokerProces
     assert not producer.faults.available("broker-dead")
     with PullConsumer(broker.url, "retry", "check", max_wait_ms=300) as consumer:
         assert sorted(consume(consumer, 6)) == sorted(f"x{i}".encode() for i in range(6))
+
+
+def test_a_transaction_is_seen_only_once_committed(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "txn", "queues": 1})
+    with Producer(broker.url) as producer:
+        kept = producer.begin("txn", "kept", "shop", keys=["order-1"])
+        dropped = producer.begin("txn", "dropped", "shop")
+        assert kept.transaction_id is not None and kept.queue_offset is None
+        with PullConsumer(broker.url, "txn", "txn-readers", max_wait_ms=300) as consumer:
+            assert consumer.poll(0.5) is None
+            assert producer.commit(kept)["state"] == "COMMITTED"
+            assert producer.rollback(dropped)["state"] == "ROLLED_BACK"
+            assert consume(consumer, 1) == [b"kept"]
+            assert consumer.poll(0.5) is None
