@@ -139,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_openapi(app)
     install_docs(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)
+    app.router.routes.extend(transactions.END_ROUTES)
     app.include_router(messages.router)
     app.include_router(topics.router)
     app.include_router(lookup.router)
