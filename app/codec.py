@@ -33,12 +33,17 @@ from app.store.record_format import (
     POS_BODY,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_STATE,
     PROPERTY_UNIQ_KEY,
     decode_properties,
     message_id,
@@ -56,7 +61,8 @@ _SHORT = struct.Struct(">h")
 _INTEGER = re.compile(r"-?[0-9]+")
 
 # The properties the message view shows as fields of their own (tags, keys, unique_id), and those
-# of delayed delivery (app.broker.delay): a producer sets them through the fields, never as properties.
+# of delayed delivery (app.broker.delay) and transactions (app.broker.transaction_message): a
+# producer sets them through the fields and parameters, never as properties.
 RESERVED_PROPERTIES = frozenset(
     {
         PROPERTY_TAGS,
@@ -68,6 +74,11 @@ RESERVED_PROPERTIES = frozenset(
         PROPERTY_REAL_TOPIC,
         PROPERTY_REAL_QUEUE_ID,
         PROPERTY_TIMER_OUT_MS,
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_PRODUCER_GROUP,
+        PROPERTY_TRANSACTION_CHECK_TIMES,
+        PROPERTY_TRANSACTION_ID,
+        PROPERTY_TRANSACTION_STATE,
     }
 )
 # The binary batch's delay properties, and the field each one sets.

@@ -124,6 +124,12 @@ class Settings(BaseSettings):
     max_delay_ms: int = Field(3 * 86_400_000, ge=1)
     delay_offset_persist_interval_ms: int = Field(10_000, ge=0)
     timer_roll_window_ms: int = Field(86_400_000, ge=1_000)
+    # Transactional messages (RocketMQ's transactionTimeOut, transactionCheckInterval and
+    # transactionCheckMax): an open transaction is first checked this long after its begin, then
+    # every interval, and rolled back after the last check.
+    transaction_timeout_s: float = Field(6.0, gt=0)
+    transaction_check_interval_s: float = Field(60.0, gt=0)
+    transaction_check_max: int = Field(15, ge=0)
 
     # HTTP API and long polling (SPEC 4).
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)

@@ -5,7 +5,9 @@ the request needs. Most needs follow from the path and the query; a few ask the 
 that would create its topic needs an admin account (and is only a produce when the topic exists,
 auto-creation is off, or another broker hosts it); a message read by id needs SUB on the topic its
 record names; a group's offsets without a topic need SUB on every topic the group has offsets on;
-a commit needs SUB on every topic of its body. A request no rule names needs an account (it is
+a commit needs SUB on every topic of its body; a transaction's commit or rollback needs PUB on the
+topic of the transaction its id names. Producer groups are groups of the ACL file: a begin, the
+pending list and a check endpoint need PUB on the producer group. A request no rule names needs an account (it is
 answered 404 or 405 then); a test fails when a route of the app has no rule.
 """
 
@@ -59,7 +61,35 @@ async def _produce_to(topic: str | None, broker: Broker | None) -> Need:
 
 
 async def produce(view: RequestView, broker: Broker | None) -> Need:
-    return await _produce_to(view.path_params["topic"], broker)
+    need = await _produce_to(view.path_params["topic"], broker)
+    group = view.query.get("producer_group")
+    if view.query.get("transaction") is not None and group and need.access is Access.RESOURCES:
+        return Need.on(need.topics, ((group, Action.PUB),))  # a begin: PUB on its producer group too
+    return need
+
+
+async def end_transaction(view: RequestView, broker: Broker | None) -> Need:
+    """PUB on the topic of the transaction the id names, when this broker holds it."""
+    if broker is None:
+        return ACCOUNT
+    topic = await asyncio.to_thread(broker.transactions.topic_of, view.path_params["transaction_id"])
+    if topic is None:
+        return ACCOUNT  # answered 404
+    return Need.on(((topic, Action.PUB),))
+
+
+def _on_producer_group(group: str | None) -> Need:
+    if not group:
+        return ACCOUNT  # the route refuses the request (400/422)
+    return Need.on((), ((group, Action.PUB),))
+
+
+async def producer_group(view: RequestView, broker: Broker | None) -> Need:
+    return _on_producer_group(view.path_params["producer_group"])
+
+
+async def pending_transactions(view: RequestView, broker: Broker | None) -> Need:
+    return _on_producer_group(view.query.get("producer_group"))
 
 
 async def ws_produce(view: RequestView, broker: Broker | None) -> Need:
@@ -273,6 +303,21 @@ RULES: tuple[Rule, ...] = (
         "SUB on the group and on the topic",
     ),
     Rule("PUT", "/v1/groups/{group}/offsets", commit_offsets, "SUB on the group and on each topic"),
+    Rule(
+        "POST",
+        "/v1/transactions/{transaction_id}/commit",
+        end_transaction,
+        "PUB on the transaction's topic",
+    ),
+    Rule(
+        "POST",
+        "/v1/transactions/{transaction_id}/rollback",
+        end_transaction,
+        "PUB on the transaction's topic",
+    ),
+    Rule("GET", "/v1/transactions/pending", pending_transactions, "PUB on the group `producer_group`"),
+    Rule("PUT", "/v1/producers/{producer_group}", producer_group, "PUB on the group `producer_group`"),
+    Rule("GET", "/v1/producers/{producer_group}", producer_group, "PUB on the group `producer_group`"),
     Rule("*", "/v1/admin/{rest:path}", Need.admin("an operator request (/v1/admin)"), "admin"),
     Rule("WEBSOCKET", "/v1/ws/subscribe", ws_subscribe, "SUB on the topic, and on `group`"),
     Rule("WEBSOCKET", "/v1/ws/produce", ws_produce, "PUB on the topic; admin if it would be created"),

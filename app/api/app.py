@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from app.acl import install_acl
-from app.api import admin, cluster, consumers, groups, locks, lookup, messages, pop, topics
+from app.api import admin, cluster, consumers, groups, locks, lookup, messages, pop, topics, transactions
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
@@ -139,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_openapi(app)
     install_docs(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)
+    app.router.routes.extend(transactions.END_ROUTES)
     app.include_router(messages.router)
     app.include_router(topics.router)
     app.include_router(lookup.router)
@@ -147,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(consumers.router)
     app.include_router(locks.router)
     app.include_router(pop.router)
+    app.include_router(transactions.router)
     app.include_router(admin.router)
     app.include_router(ws_router)
     install_console(app)

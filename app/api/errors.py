@@ -50,6 +50,7 @@ class ErrorCode(enum.IntEnum):
     GROUP_NOT_FOUND = 40405
     CLUSTER_NOT_FOUND = 40406
     MEMBER_NOT_FOUND = 40407
+    TRANSACTION_NOT_FOUND = 40408
     RECEIPT_HANDLE_NOT_FOUND = 40410
     METHOD_NOT_ALLOWED = 40501
     NOT_ACCEPTABLE = 40601
@@ -62,6 +63,7 @@ class ErrorCode(enum.IntEnum):
     GENERATION_FENCED = 40904
     GROUP_CONFLICT = 40905
     RECEIPT_HANDLE_EXPIRED = 40910
+    TRANSACTION_ENDED = 40920
     QUEUE_NOT_LOCKED = 40930
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
@@ -131,6 +133,9 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "The receipt handle names no message the group popped from the topic (never handed out, of "
         "another group or topic, or not a receipt handle)."
     ),
+    ErrorCode.TRANSACTION_NOT_FOUND: (
+        "The transaction id names no transaction on this broker (never begun here, or no longer stored)."
+    ),
     ErrorCode.METHOD_NOT_ALLOWED: "The path does not accept that method.",
     ErrorCode.NOT_ACCEPTABLE: "The Accept header asks for a format this path cannot produce.",
     ErrorCode.WS_CLIENT_IDLE: (
@@ -158,6 +163,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.RECEIPT_HANDLE_EXPIRED: (
         "The receipt handle is not the message's latest: the message was acked, handed out again, "
         "nacked or given another invisible time since; nothing was changed."
+    ),
+    ErrorCode.TRANSACTION_ENDED: (
+        "The transaction was committed or rolled back already; nothing was changed. The answer carries "
+        "transaction_id and state (COMMITTED, ROLLED_BACK, or null when no longer known)."
     ),
     ErrorCode.QUEUE_NOT_LOCKED: (
         "An ordered member committed a queue whose lock it does not hold (it expired, was released, or "
@@ -265,6 +274,8 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.ReceiptHandleExpiredError: ErrorCode.RECEIPT_HANDLE_EXPIRED,
     broker_errors.InvalidFilterExpressionError: ErrorCode.INVALID_FILTER_EXPRESSION,
     broker_errors.QueueNotLockedError: ErrorCode.QUEUE_NOT_LOCKED,
+    broker_errors.TransactionNotFoundError: ErrorCode.TRANSACTION_NOT_FOUND,
+    broker_errors.TransactionEndedError: ErrorCode.TRANSACTION_ENDED,
 }
 
 

@@ -243,6 +243,16 @@ _PRODUCE_PARAMETERS = {
         _raw_parameter(
             "deliver_at_ms", "Raw body only: deliver at this epoch ms", {"type": "integer", "minimum": 0}
         ),
+        _raw_parameter(
+            "transaction",
+            "Any format: 'begin' stores each message as a half message of its own transaction",
+            {"type": "string", "enum": ["begin"]},
+        ),
+        _raw_parameter(
+            "producer_group",
+            "With transaction=begin: the producer group asked about the transactions left open",
+            {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[a-zA-Z0-9_-]+$"},
+        ),
     ]
 }
 
@@ -271,7 +281,12 @@ async def produce(topic: TopicName, request: Request) -> Response:
         batch = [_raw_body_message(raw, request.query_params)]
     if not batch:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
-    results = await broker.produce(topic, batch)
+    query = request.query_params
+    transaction = query.get("transaction")
+    if transaction is None:
+        results = await broker.produce(topic, batch)
+    else:
+        results = await broker.transactions.begin(topic, batch, transaction, query.get("producer_group"))
     return Response(orjson.dumps({"results": results}), media_type=JSON)
 
 

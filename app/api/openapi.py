@@ -60,6 +60,11 @@ OPERATION_IDS: dict[str, str] = {
     "ack": "ackMessages",
     "nack": "nackMessages",
     "change_invisibility": "changeInvisibility",
+    "commit_transaction": "commitTransaction",
+    "rollback_transaction": "rollbackTransaction",
+    "list_pending_transactions": "listPendingTransactions",
+    "register_producer": "registerProducer",
+    "get_producer": "getProducer",
     "clean": "cleanStore",
     "disk_usage": "getDiskUsage",
     "healthz": "getHealth",
@@ -107,7 +112,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "produce": {
         400: "The body does not parse in its format (40002, 40010), a body does not decode (40003), "
         "is empty (40006), a property is bad (40008), the queue is not one of the topic's (40011), "
-        "or the topic name is not valid (40005)",
+        "the topic name is not valid (40005), or a bad delay, `transaction` or `producer_group` (40012)",
         404: "The topic does not exist and topics are not created on first produce (40402)",
         409: "The topic's permission forbids producing (40902)",
         413: "A message (41301), its properties (41302) or the request (41303) is too large",
@@ -196,6 +201,21 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         "nacked or given another invisible time",
         421: None,
     },
+    "commitTransaction": {
+        404: "No transaction has that id here (40408), or its topic no longer exists (40402)",
+        409: "The transaction was committed or rolled back already (40920), or its topic does not accept "
+        "messages (40902): nothing was changed",
+        421: None,
+        507: None,
+    },
+    "rollbackTransaction": {
+        404: "No transaction has that id here (40408)",
+        409: "The transaction was committed or rolled back already (40920): nothing was changed",
+        507: None,
+    },
+    "listPendingTransactions": {400: "A bad `producer_group` or `limit` (40012)"},
+    "registerProducer": {400: "`check_url` is not an http(s) URL (40012)"},
+    "getProducer": {},
     "getOffsets": {
         404: "The group has no committed offsets (40405), or the topic does not exist (40402)",
         421: None,

@@ -80,9 +80,14 @@ class ProduceResult(BaseModel):
     msg_id: str
     unique_id: str
     queue_id: int
-    queue_offset: int | None = Field(description="null for a delayed message, until it is delivered.")
+    queue_offset: int | None = Field(
+        description="null for a delayed message, until it is delivered, and for a half message."
+    )
     status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"]
     deliver_at_ms: int | None = Field(None, description="A delayed message: when it is due (epoch ms).")
+    transaction_id: str | None = Field(
+        None, description="transaction=begin: commit or roll back with it (the half message's id)."
+    )
 
 
 class ProduceResponse(BaseModel):

@@ -35,6 +35,7 @@ from app.broker.pull import read_or_hold
 from app.broker.queue_locks import FILE_NAME as QUEUE_LOCKS_FILE
 from app.broker.queue_locks import QueueLocks
 from app.broker.topic_creator import TopicCreator
+from app.broker.transactions import Transactions
 from app.codec import RESERVED_PROPERTIES, IncomingMessage
 from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
@@ -114,6 +115,7 @@ class Broker:
         self.delays = DelayedDelivery(
             settings, store, lambda name: config.queue_nums if (config := topics.get(name)) else 0
         )
+        self.transactions = Transactions(self)
 
     # -- topics ----------------------------------------------------------------------------------
 

@@ -89,15 +89,17 @@ def delivered_message(stored: StoredMessage, due_ms: int) -> Message:
     queue_id = int(properties.pop(PROPERTY_REAL_QUEUE_ID))
     properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
     properties[PROPERTY_TIMER_OUT_MS] = str(due_ms)
-    return _copy(stored, topic, queue_id, properties)
+    return copy_message(stored, topic, queue_id, properties)
 
 
 def rolled_message(stored: StoredMessage) -> Message:
     """The same scheduled message stored again, so that it outlives the CommitLog's retention."""
-    return _copy(stored, stored.topic, stored.queue_id, dict(stored.properties))
+    return copy_message(stored, stored.topic, stored.queue_id, dict(stored.properties))
 
 
-def _copy(stored: StoredMessage, topic: str, queue_id: int, properties: dict[str, str]) -> Message:
+def copy_message(stored: StoredMessage, topic: str, queue_id: int, properties: dict[str, str]) -> Message:
+    """``stored`` as a new message for ``topic`` and ``queue_id``: body, flag, sysflag, born time and
+    host, and reconsume times kept; ``properties`` in place of its own."""
     return Message(
         topic,
         stored.body,

@@ -159,3 +159,22 @@ class InvalidFilterExpressionError(BrokerError):
 class QueueNotLockedError(BrokerError):
     """An ordered member commits a queue whose lock it does not hold (it expired, was released,
     or another member holds it): nothing was committed."""
+
+
+class TransactionNotFoundError(BrokerError):
+    """A transaction id names no transaction stored on this broker."""
+
+
+class TransactionEndedError(BrokerError):
+    """The transaction was committed or rolled back already (``state``, when it is known)."""
+
+    def __init__(self, transaction_id: str, state: object | None, how: str = "has ended") -> None:
+        value = getattr(state, "value", None)
+        ended = {"COMMITTED": "was committed", "ROLLED_BACK": "was rolled back"}.get(str(value), how)
+        super().__init__(f"transaction {transaction_id} {ended}")
+        self.transaction_id = transaction_id
+        self.state = value
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {"transaction_id": self.transaction_id, "state": self.state}

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from app.broker.delay_message import INTERNAL_TOPICS
+from app.broker.transaction_message import TRANSACTION_TOPICS
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.store.errors import InvalidTopicError
 
@@ -29,10 +30,13 @@ class TopicCreator:
 
     async def create(self, configs: list[TopicConfig]) -> list[Outcome]:
         """Create those of ``configs`` not there yet; returns once they are in the topic log and
-        published to the route registry. The delayed messages' internal topics are refused."""
+        published to the route registry. The internal topics of delayed and transactional messages
+        are refused."""
         for config in configs:
             if config.name in INTERNAL_TOPICS:
                 raise InvalidTopicError(f"topic name {config.name!r} is reserved for delayed messages")
+            if config.name in TRANSACTION_TOPICS:
+                raise InvalidTopicError(f"topic name {config.name!r} is reserved for transactional messages")
         future: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
         self._queue.append((configs, future))
         if self._task is None or self._task.done():

@@ -34,10 +34,11 @@ class SendResult:
     msg_id: str
     unique_id: str
     queue_id: int
-    queue_offset: int
+    queue_offset: int | None  # None for a half message (a transaction's begin)
     status: str
     broker_name: str
     address: str
+    transaction_id: str | None = None  # a begin's: commit or roll back with it
 
 
 class Producer(HttpOwner):
@@ -92,6 +93,52 @@ class Producer(HttpOwner):
         """Send a batch to one queue, in the binary batch format; retry on another broker on failure.
 
         ``queue_id`` keeps the batch to queues with that id (on whichever broker serves one)."""
+        return self._send(topic, messages, sharding_key, queue_id, None)
+
+    def begin(
+        self,
+        topic: str,
+        body: bytes | str,
+        producer_group: str,
+        *,
+        tags: str = "",
+        keys: Sequence[str] = (),
+        properties: dict[str, str] | None = None,
+        sharding_key: str | None = None,
+    ) -> SendResult:
+        """Begin a transaction: store the message invisibly (a half message of ``producer_group``).
+        Make it visible with :meth:`commit`, or drop it with :meth:`rollback`. A retry after a lost
+        answer repeats the unique id, so the broker answers the same transaction."""
+        message = OutgoingMessage(
+            body.encode() if isinstance(body, str) else body, tags, list(keys), properties or {}
+        )
+        params = {"transaction": "begin", "producer_group": producer_group}
+        return self._send(topic, [message], sharding_key, None, params)[0]
+
+    def commit(self, begun: SendResult) -> dict[str, object]:
+        """Commit the transaction ``begun`` (at the broker that holds it); the broker's answer."""
+        return self._end(begun, "commit")
+
+    def rollback(self, begun: SendResult) -> dict[str, object]:
+        """Roll back the transaction ``begun``; the broker's answer."""
+        return self._end(begun, "rollback")
+
+    def _end(self, begun: SendResult, verb: str) -> dict[str, object]:
+        if begun.transaction_id is None:
+            raise WharfClientError("not a transaction's begin: it has no transaction_id")
+        response = self.http.post(f"{begun.address}/v1/transactions/{begun.transaction_id}/{verb}")
+        raise_for_envelope(response)
+        answer: dict[str, object] = response.json()
+        return answer
+
+    def _send(
+        self,
+        topic: str,
+        messages: Sequence[OutgoingMessage],
+        sharding_key: str | None,
+        queue_id: int | None,
+        params: dict[str, str] | None,
+    ) -> list[SendResult]:
         for message in messages:
             if message.unique_id is None:
                 message.unique_id = uuid.uuid4().hex.upper()
@@ -108,7 +155,7 @@ class Producer(HttpOwner):
             queue = self._select(queues, sharding_key, failed_broker)
             started = time.monotonic()
             try:
-                results = self._post(topic, queue, messages)
+                results = self._post(topic, queue, messages, params)
             except (httpx.HTTPError, BrokerError) as exc:
                 if isinstance(exc, BrokerError) and not exc.retryable:
                     raise
@@ -138,7 +185,13 @@ class Producer(HttpOwner):
         least_bad = self.faults.least_bad({queue.broker_name for queue in queues})
         return next(queue for queue in queues if queue.broker_name == least_bad)
 
-    def _post(self, topic: str, queue: MessageQueue, messages: Sequence[OutgoingMessage]) -> list[SendResult]:
+    def _post(
+        self,
+        topic: str,
+        queue: MessageQueue,
+        messages: Sequence[OutgoingMessage],
+        params: dict[str, str] | None = None,
+    ) -> list[SendResult]:
         batch = encode_batch(
             IncomingMessage(
                 body=message.body,
@@ -155,6 +208,7 @@ class Producer(HttpOwner):
             f"{queue.address}/v1/topics/{topic}/messages",
             content=batch,
             headers={"content-type": BATCH_MEDIA_TYPE},
+            params=params,
         )
         raise_for_envelope(response)
         return [
@@ -166,6 +220,7 @@ class Producer(HttpOwner):
                 result["status"],
                 queue.broker_name,
                 queue.address,
+                result.get("transaction_id"),
             )
             for result in response.json()["results"]
         ]

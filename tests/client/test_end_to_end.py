@@ -137,3 +137,17 @@ def test_a_consumer_filters_with_a_sql92_expression(broker: BrokerProcess) -> No
         bodies = consume(consumer, 3)
         assert consumer.poll(0.5) is None
     assert sorted(bodies) == [b"s3", b"s4", b"s5"]
+
+
+def test_a_transaction_is_seen_only_once_committed(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "txn", "queues": 1})
+    with Producer(broker.url) as producer:
+        kept = producer.begin("txn", "kept", "shop", keys=["order-1"])
+        dropped = producer.begin("txn", "dropped", "shop")
+        assert kept.transaction_id is not None and kept.queue_offset is None
+        with PullConsumer(broker.url, "txn", "txn-readers", max_wait_ms=300) as consumer:
+            assert consumer.poll(0.5) is None
+            assert producer.commit(kept)["state"] == "COMMITTED"
+            assert producer.rollback(dropped)["state"] == "ROLLED_BACK"
+            assert consume(consumer, 1) == [b"kept"]
+            assert consumer.poll(0.5) is None

@@ -1,0 +1,175 @@
+"""Transactions over HTTP: commit, rollback, the pending list and producer groups' check endpoints.
+The broker core decides (app.broker.transactions); this module parses, encodes, and opens and
+closes the transaction service with the app. A begin is a produce (app.api.messages)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.routing import Route
+
+from app.api.schemas import ErrorEnvelope
+from app.api.topics import BrokerDep, get_broker
+from app.broker.transactions import MAX_PENDING_LIST
+
+
+@asynccontextmanager
+async def transactions_lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Runs inside the app's lifespan: the open transactions are rebuilt before the first request,
+    and the checkpoint written before the store closes."""
+    transactions = app.state.broker.transactions
+    await transactions.open()
+    try:
+        yield
+    finally:
+        await transactions.close()
+
+
+router = APIRouter(prefix="/v1", tags=["transactions"], lifespan=transactions_lifespan)
+
+TransactionId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=64,
+        description="The transaction id a begin answered (the half message's id)",
+        json_schema_extra={"pattern": "^[0-9A-Fa-f]{32}$"},
+    ),
+]
+ProducerGroup = Annotated[
+    str, Path(min_length=1, max_length=255, pattern=r"^[a-zA-Z0-9_-]+$", description="Producer group")
+]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorEnvelope}, 409: {"model": ErrorEnvelope}}
+
+
+class TransactionEnd(BaseModel):
+    transaction_id: str
+    state: Literal["COMMITTED", "ROLLED_BACK"]
+    status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"] = Field(
+        description="Whether the end's records are as durable as the flush mode promises"
+    )
+    msg_id: str | None = Field(None, description="A commit: the id of the message made visible")
+    unique_id: str | None = None
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+
+
+class OpenTransactionOut(BaseModel):
+    transaction_id: str
+    producer_group: str
+    topic: str
+    queue_id: int
+    unique_id: str
+    tags: str
+    keys: list[str]
+    properties: dict[str, str]
+    body: str
+    encoding: Literal["utf8", "base64"]
+    born_timestamp: int
+    check_times: int = Field(description="How often the broker asked about it")
+
+
+class PendingTransactions(BaseModel):
+    producer_group: str
+    transactions: list[OpenTransactionOut]
+
+
+class ProducerRegistration(BaseModel):
+    check_url: str | None = Field(
+        max_length=2048,
+        description="http(s) URL the broker POSTs an open transaction to; null removes it (then poll)",
+    )
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"check_url": "http://10.0.0.5:9000/check"}]}
+    )
+
+
+class ProducerOut(BaseModel):
+    producer_group: str
+    check_url: str | None
+    open_transactions: int
+
+
+def _json(answer: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(answer), media_type="application/json")
+
+
+@router.post(
+    "/transactions/{transaction_id}/commit",
+    response_model=TransactionEnd,
+    summary="Commit a transaction: its half message becomes visible in its topic",
+    responses=_ERRORS,
+)
+async def commit_transaction(transaction_id: TransactionId, broker: BrokerDep) -> Response:
+    # Encoded here, not through the response model: a commit is as hot as a produce.
+    return _json(await broker.transactions.commit(transaction_id))
+
+
+@router.post(
+    "/transactions/{transaction_id}/rollback",
+    response_model=TransactionEnd,
+    summary="Roll a transaction back: its half message is dropped",
+    responses=_ERRORS,
+)
+async def rollback_transaction(transaction_id: TransactionId, broker: BrokerDep) -> Response:
+    return _json(await broker.transactions.rollback(transaction_id))
+
+
+@router.get(
+    "/transactions/pending",
+    response_model=PendingTransactions,
+    summary="A producer group's transactions still open after their first check, oldest first",
+)
+async def list_pending_transactions(
+    broker: BrokerDep,
+    producer_group: Annotated[str, Query(min_length=1, max_length=255, description="Producer group")],
+    limit: Annotated[int, Query(description=f"At most this many (1 to {MAX_PENDING_LIST})")] = 100,
+) -> dict[str, Any]:
+    found = broker.transactions.pending(producer_group, limit)
+    return {"producer_group": producer_group, "transactions": found}
+
+
+@router.put(
+    "/producers/{producer_group}",
+    response_model=ProducerOut,
+    summary="Register (or remove) a producer group's check endpoint",
+)
+async def register_producer(
+    producer_group: ProducerGroup, body: ProducerRegistration, broker: BrokerDep
+) -> dict[str, Any]:
+    return await broker.transactions.register(producer_group, body.check_url)
+
+
+@router.get(
+    "/producers/{producer_group}",
+    response_model=ProducerOut,
+    summary="A producer group's check endpoint and how many of its transactions are open",
+)
+async def get_producer(producer_group: ProducerGroup, broker: BrokerDep) -> dict[str, Any]:
+    return broker.transactions.producer(producer_group)
+
+
+async def _commit_route(request: Request) -> Response:
+    broker = await get_broker(request)
+    return _json(await broker.transactions.commit(request.path_params["transaction_id"]))
+
+
+async def _rollback_route(request: Request) -> Response:
+    broker = await get_broker(request)
+    return _json(await broker.transactions.rollback(request.path_params["transaction_id"]))
+
+
+# As produce (app.api.messages.PRODUCE_ROUTE): plain Starlette routes placed ahead of FastAPI's
+# routing, which costs more per request than the commit itself; the FastAPI routes above describe
+# them in the OpenAPI document.
+END_ROUTES = (
+    Route("/v1/transactions/{transaction_id}/commit", _commit_route, methods=["POST"]),
+    Route("/v1/transactions/{transaction_id}/rollback", _rollback_route, methods=["POST"]),
+)

@@ -1,0 +1,420 @@
+"""Transactional messages (RocketMQ's TransactionalMessageService and EndTransactionProcessor):
+begin, commit, rollback, the open transactions a producer group polls, and the service life cycle.
+
+* **Begin** (a produce with ``transaction=begin`` and a ``producer_group``): every message of the
+  batch is its own transaction. It is stored as a half message (:mod:`app.broker.transaction_message`)
+  and answered with its ``transaction_id``, its real ``queue_id`` and no queue offset. A delayed
+  message cannot be transactional. A producer's unique id repeated within the idempotency window
+  is answered with the first begin's transaction and stores nothing.
+* **Commit** appends the real message and the op record in one append; **rollback** the op record.
+  A transaction that ended already answers :class:`TransactionEndedError` (409), with its state when
+  the op record can still be found by its key; an id that names no transaction here
+  :class:`TransactionNotFoundError` (404).
+* Transactions left open are checked back and finally rolled back by
+  :class:`~app.broker.transaction_check.TransactionCheckService`.
+
+A commit may be stored twice only if the broker dies between its real message and its op record:
+the transaction is then still open after the restart, and a check may commit it again (at least once,
+as in RocketMQ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from app.broker import repeats
+from app.broker.dead_letter import append_all_durably
+from app.broker.delay import is_delayed
+from app.broker.errors import (
+    InvalidParameterError,
+    TopicNotWritableError,
+    TransactionEndedError,
+    TransactionNotFoundError,
+)
+from app.broker.producer_groups import ProducerGroups, validate_producer_group
+from app.broker.transaction_check import HttpCheckBack, TransactionCheckService
+from app.broker.transaction_message import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    TransactionState,
+    checked_copy,
+    committed_message,
+    half_message,
+    op_message,
+    op_state,
+    real_topic_of,
+    transaction_id_of,
+    visible_properties,
+)
+from app.broker.transaction_table import OpenTransaction, TransactionTable
+from app.codec import IncomingMessage, encode_body
+from app.store import Message, parse_message_id
+from app.store.record import StoredMessage
+from app.store.record_format import (
+    PROPERTY_KEYS,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_PRODUCER_UNIQ_KEY,
+)
+from app.store.results import AppendResult
+
+if TYPE_CHECKING:
+    from app.broker.core import Broker
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_LIST = 1000
+
+
+def _status(durable: bool) -> str:
+    return "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
+
+
+class Transactions:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        settings = broker.settings
+        config_dir = broker.store.config.config_dir
+        self.table = TransactionTable(broker.store, config_dir / "transactionCheckpoint.json")
+        self.producers = ProducerGroups(config_dir / "transactionProducers.json")
+        self.check_back = HttpCheckBack()
+        self.checker = TransactionCheckService(
+            self,
+            settings.transaction_timeout_s,
+            settings.transaction_check_interval_s,
+            settings.transaction_check_max,
+            self.check_back,
+        )
+        self._ending: set[str] = set()  # transactions whose end is being written
+        self._last_appended: AppendResult | None = None
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Rebuild the open transactions, load the check endpoints and start checking."""
+        await asyncio.to_thread(self.producers.load)
+        await asyncio.to_thread(self.table.load)
+        log.info("transactions: %d open after the restart", len(self.table.open))
+        self.checker.start()
+
+    async def close(self) -> None:
+        """Stop checking and write the checkpoint. Before the store closes."""
+        await self.checker.stop()
+        await self.check_back.aclose()
+
+    async def durable_so_far(self) -> None:
+        """Wait until everything this service appended is as durable as the flush mode promises."""
+        last = self._last_appended
+        if last is not None and self.store.group_commit is not None:
+            await asyncio.wrap_future(self.store.durable([last]))
+
+    # -- begin -----------------------------------------------------------------------------------
+
+    async def begin(
+        self, topic: str, batch: Sequence[IncomingMessage], transaction: str, producer_group: str | None
+    ) -> list[dict[str, Any]]:
+        """Store each message of ``batch`` as a half message of ``producer_group``; an answer per
+        message, in request order, with its ``transaction_id``."""
+        if transaction != "begin":
+            raise InvalidParameterError(f"transaction must be 'begin', not {transaction[:50]!r}")
+        group = validate_producer_group(producer_group)
+        if any(is_delayed(incoming) for incoming in batch):
+            raise InvalidParameterError("a transactional message cannot be delayed")
+        broker = self.broker
+        config = await broker.topic_for_write(topic)
+        window = broker.idempotency if broker.idempotency.enabled else None
+        answers: list[dict[str, Any] | int | StoredMessage] = []
+        fresh: list[tuple[int, str, str | None]] = []  # (answer index, unique id, as supplied)
+        first_in_batch: dict[str, int] = {}
+        halves: list[Message] = []
+        for incoming in batch:
+            supplied = incoming.unique_id
+            if supplied is not None and window is not None:
+                earlier: int | StoredMessage | None = first_in_batch.get(supplied)
+                if earlier is None:
+                    earlier = repeats.stored_first(broker, window, HALF_TOPIC, supplied)
+                    if earlier is not None and real_topic_of(earlier) != topic:
+                        earlier = None
+                if earlier is not None:
+                    answers.append(earlier)
+                    continue
+                first_in_batch[supplied] = len(answers)
+            unique_id = supplied or broker.unique_ids.next()
+            message = broker._to_message(topic, broker._choose_queue(config, incoming), incoming, unique_id)
+            if supplied is not None:
+                message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
+            halves.append(half_message(message, group))
+            fresh.append((len(answers), unique_id, supplied))
+            answers.append({})
+        if halves:
+            appended = self.store.append(halves)
+            self._last_appended = appended[-1]
+            for half, (index, unique_id, supplied), result in zip(halves, fresh, appended, strict=True):
+                transaction_id = result.msg_id
+                self.table.add(
+                    OpenTransaction(
+                        transaction_id,
+                        group,
+                        topic,
+                        result.queue_offset,
+                        result.physical_offset,
+                        result.store_timestamp,
+                        0,
+                    )
+                )
+                if supplied is not None and window is not None:
+                    window.put((HALF_TOPIC, supplied), result.physical_offset)
+                answers[index] = {
+                    "transaction_id": transaction_id,
+                    "msg_id": transaction_id,
+                    "unique_id": unique_id,
+                    "queue_id": int(half.properties[PROPERTY_REAL_QUEUE_ID]),
+                    "queue_offset": None,
+                }
+            durable = True
+            if self.store.group_commit is not None:
+                durable = await asyncio.wrap_future(self.store.durable(appended))
+            for index, _, _ in fresh:
+                answers[index]["status"] = _status(durable)  # type: ignore[index]
+        results: list[dict[str, Any]] = []
+        for answer in answers:
+            if isinstance(answer, int):
+                results.append(results[answer])
+            elif isinstance(answer, StoredMessage):
+                results.append(await self._repeat_answer(answer))
+            else:
+                results.append(answer)
+        return results
+
+    async def _repeat_answer(self, first: StoredMessage) -> dict[str, Any]:
+        answer = await repeats.answer_from_log(self.broker, HALF_TOPIC, first)
+        transaction_id = transaction_id_of(first)
+        answer.update(
+            transaction_id=transaction_id,
+            msg_id=transaction_id,
+            queue_id=int(first.properties[PROPERTY_REAL_QUEUE_ID]),
+            queue_offset=None,
+        )
+        return answer
+
+    # -- end -------------------------------------------------------------------------------------
+
+    async def commit(self, transaction_id: str) -> dict[str, Any]:
+        return await self._end(transaction_id, TransactionState.COMMITTED)
+
+    async def rollback(self, transaction_id: str) -> dict[str, Any]:
+        return await self._end(transaction_id, TransactionState.ROLLED_BACK)
+
+    async def _end(self, transaction_id: str, state: TransactionState) -> dict[str, Any]:
+        entry = self.table.open.get(transaction_id)
+        if entry is None or transaction_id in self._ending:
+            raise await self._not_open(transaction_id)
+        half = self.store.look_message(entry.physical_offset)
+        if half is None:  # gone with retention: nothing left to commit
+            self.table.end(transaction_id)
+            raise TransactionNotFoundError(f"transaction {transaction_id} is no longer stored")
+        self._ending.add(transaction_id)
+        try:
+            messages = []
+            if state is TransactionState.COMMITTED:
+                topic = real_topic_of(half)
+                config = self.broker.topics.get(topic) or await self.broker.topic_for_write(topic)
+                if not config.writable:
+                    raise TopicNotWritableError(f"topic {topic!r} does not accept messages")
+                messages.append(committed_message(half, config.write_queue_nums))
+            entry = self.table.open[transaction_id]  # the latest copy (a check may have made one)
+            messages.append(op_message(entry.half_offset, transaction_id, state))
+            appended, durable = await self._append_end(transaction_id, entry, messages)
+        finally:
+            self._ending.discard(transaction_id)
+        answer: dict[str, Any] = {
+            "transaction_id": transaction_id,
+            "state": state.value,
+            "status": _status(durable),
+        }
+        if state is TransactionState.COMMITTED:
+            real, result = messages[0], appended[0]
+            self.broker.metrics.count_produced(real.topic, 1, len(real.body))
+            window = self.broker.idempotency
+            unique_id = half.unique_id
+            if window.enabled and half.sysflag & SYSFLAG_PRODUCER_UNIQ_KEY:
+                window.put((real.topic, unique_id), result.physical_offset)
+            answer.update(
+                msg_id=result.msg_id,
+                unique_id=unique_id,
+                topic=real.topic,
+                queue_id=result.queue_id,
+                queue_offset=result.queue_offset,
+            )
+        return answer
+
+    async def _append_end(
+        self, transaction_id: str, entry: OpenTransaction, messages: list[Message]
+    ) -> tuple[list[AppendResult], bool]:
+        """Append the end's records, take the transaction out of the table and wait for the disk.
+        The caller holds the transaction in ``_ending``: neither a check nor another end touches it
+        meanwhile."""
+        appended, durable = await append_all_durably(self.store, messages)
+        self.table.end(transaction_id)
+        self.table.ended_by(appended[-1].queue_offset, entry.half_offset)
+        self._last_appended = appended[-1]
+        return appended, durable
+
+    async def _not_open(self, transaction_id: str) -> TransactionNotFoundError | TransactionEndedError:
+        """Why ``transaction_id`` cannot be ended: it names no transaction here (404), or it ended."""
+        first = self._first_copy(transaction_id)
+        if first is None:
+            return TransactionNotFoundError(f"no transaction {transaction_id} on this broker")
+        if transaction_id in self._ending:
+            return TransactionEndedError(transaction_id, None, "is being committed or rolled back")
+        found = await asyncio.to_thread(self.store.query_message_by_key, OP_TOPIC, transaction_id, 1)
+        state = op_state(found[0]) if found else None
+        return TransactionEndedError(transaction_id, state)
+
+    def _first_copy(self, transaction_id: str) -> StoredMessage | None:
+        """The first half copy of the transaction, if ``transaction_id`` names one stored here."""
+        try:
+            _, _, physical_offset = parse_message_id(transaction_id)
+        except ValueError:
+            return None
+        if bytes.fromhex(transaction_id[:16]) != self.store.store_host:
+            return None
+        first = self.store.look_message(physical_offset)
+        if first is None or first.topic != HALF_TOPIC or PROPERTY_TRANSACTION_ID in first.properties:
+            return None
+        return first
+
+    def topic_of(self, transaction_id: str) -> str | None:
+        """The real topic of a transaction stored here (open or ended), None if there is none."""
+        entry = self.table.open.get(transaction_id)
+        if entry is not None:
+            return entry.topic
+        first = self._first_copy(transaction_id)
+        return real_topic_of(first) if first is not None else None
+
+    # -- checks ----------------------------------------------------------------------------------
+
+    def recheck(self, entry: OpenTransaction) -> tuple[str, dict[str, Any]] | None:
+        """Count one more check: store the half message's next copy. The group's check endpoint
+        and what to send it, or None when the group has none (it polls the pending list)."""
+        if entry.transaction_id in self._ending:
+            return None
+        half = self.store.look_message(entry.physical_offset)
+        if half is None:
+            self.table.end(entry.transaction_id)
+            log.warning("open transaction %s is no longer stored; dropped", entry.transaction_id)
+            return None
+        check_times = entry.check_times + 1
+        (result,) = self.store.append([checked_copy(half, entry.transaction_id, check_times)])
+        self._last_appended = result
+        self.table.add(
+            OpenTransaction(
+                entry.transaction_id,
+                entry.producer_group,
+                entry.topic,
+                result.queue_offset,
+                result.physical_offset,
+                result.store_timestamp,
+                check_times,
+            )
+        )
+        url = self.producers.check_url(entry.producer_group)
+        if url is None:
+            return None
+        return url, self.describe(half, check_times)
+
+    async def resolve_checked(self, transaction_id: str, commit: bool) -> None:
+        """End a transaction as its check endpoint answered; nothing if it ended meanwhile."""
+        if transaction_id not in self.table.open or transaction_id in self._ending:
+            return
+        try:
+            await (self.commit if commit else self.rollback)(transaction_id)
+        except (TransactionEndedError, TransactionNotFoundError):
+            pass
+        except Exception as exc:  # the topic is gone, the disk is full: the next check asks again
+            log.warning(
+                "transaction %s: the checked %s failed: %s",
+                transaction_id,
+                "commit" if commit else "rollback",
+                exc,
+            )
+
+    async def roll_back_unresolved(self, entry: OpenTransaction) -> None:
+        """Roll back a transaction checked as often as allowed without an answer."""
+        if entry.transaction_id in self._ending:
+            return
+        log.info(
+            "transaction %s of producer group %r rolled back: unresolved after %d checks",
+            entry.transaction_id,
+            entry.producer_group,
+            entry.check_times,
+        )
+        op = op_message(entry.half_offset, entry.transaction_id, TransactionState.ROLLED_BACK)
+        self._ending.add(entry.transaction_id)
+        try:
+            await self._append_end(entry.transaction_id, entry, [op])
+        finally:
+            self._ending.discard(entry.transaction_id)
+
+    # -- what producers see ----------------------------------------------------------------------
+
+    def describe(self, half: StoredMessage, check_times: int) -> dict[str, Any]:
+        """A transaction as a check and the pending list show it: the message for its real topic."""
+        body, encoding = encode_body(half.body)
+        keys = half.properties.get(PROPERTY_KEYS, "")
+        properties = visible_properties(half)
+        properties.pop(PROPERTY_TAGS, None)
+        properties.pop(PROPERTY_KEYS, None)
+        properties.pop(PROPERTY_UNIQ_KEY, None)
+        return {
+            "transaction_id": transaction_id_of(half),
+            "producer_group": half.properties.get(PROPERTY_PRODUCER_GROUP, ""),
+            "topic": real_topic_of(half),
+            "queue_id": int(half.properties[PROPERTY_REAL_QUEUE_ID]),
+            "unique_id": half.unique_id,
+            "tags": half.properties.get(PROPERTY_TAGS, ""),
+            "keys": keys.split() if keys else [],
+            "properties": properties,
+            "body": body,
+            "encoding": encoding,
+            "born_timestamp": half.born_timestamp,
+            "check_times": check_times,
+        }
+
+    def pending(self, producer_group: str, limit: int) -> list[dict[str, Any]]:
+        """The group's open transactions that were checked at least once (open for
+        WHARF_TRANSACTION_TIMEOUT_S), oldest latest copy first, at most ``limit``."""
+        validate_producer_group(producer_group)
+        if not 1 <= limit <= MAX_PENDING_LIST:
+            raise InvalidParameterError(f"limit must be 1 to {MAX_PENDING_LIST}, not {limit}")
+        found = []
+        for entry in self.table.open.values():
+            if entry.producer_group != producer_group or entry.check_times == 0:
+                continue
+            half = self.store.look_message(entry.physical_offset)
+            if half is not None:
+                found.append(self.describe(half, entry.check_times))
+                if len(found) == limit:
+                    break
+        return found
+
+    def producer(self, producer_group: str) -> dict[str, Any]:
+        validate_producer_group(producer_group)
+        return {
+            "producer_group": producer_group,
+            "check_url": self.producers.check_url(producer_group),
+            "open_transactions": sum(
+                1 for entry in self.table.open.values() if entry.producer_group == producer_group
+            ),
+        }
+
+    async def register(self, producer_group: str, check_url: str | None) -> dict[str, Any]:
+        await asyncio.to_thread(self.producers.register, producer_group, check_url)
+        return self.producer(producer_group)

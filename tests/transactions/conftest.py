@@ -1,0 +1,3 @@
+from tests.api.conftest import topic
+
+__all__ = ["topic"]
