@@ -18,6 +18,7 @@ from app.broker.errors import MessageNotFoundError, TopicNotWritableError
 from app.routing.topic_config import TopicConfig
 from app.store import Message
 from app.store.record import StoredMessage, decode_record
+from app.store.record_format import PROPERTY_RETRY_TOPIC
 from app.store.results import AppendResult
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ async def send_to_dead_letter(
 def original_topic(record: StoredMessage) -> str:
     """The topic a dead letter was first produced to (through the retry topic, if it went there)."""
     origin = record.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, record.topic)
-    return record.properties.get("RETRY_TOPIC", origin) if origin.startswith("%RETRY%") else origin
+    return record.properties.get(PROPERTY_RETRY_TOPIC, origin) if origin.startswith("%RETRY%") else origin
 
 
 def list_dead_letters(

@@ -10,6 +10,10 @@ between) is dropped: the queue's new owner reads those messages again (at-least-
         for batch in consumer.batches(max_wait_ms=5_000):
             handle(batch.messages)
             consumer.commit(batch)
+
+A message sent back with :meth:`GroupConsumer.retry` comes again through the group's retry topic
+with its original ``topic``; its ``retry_topic`` names the queue its ``queue_id`` and
+``queue_offset`` belong to, and the batch's ``offsets`` commit that queue.
 """
 
 from __future__ import annotations
@@ -155,6 +159,17 @@ class GroupConsumer(HttpOwner):
             return False
         raise_for_envelope(answer)
         return True
+
+    def retry(self, batch: GroupBatch, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` of ``batch`` back for another try (to the group's retry topic, or its
+        dead-letter topic past the group's max reconsume times); the broker's answer. Commit the
+        batch as usual: the message comes again by itself."""
+        answer = self.http.post(
+            f"{batch.address}/v1/groups/{self.group}/retry", json={"msg_id": message["msg_id"]}
+        )
+        raise_for_envelope(answer)
+        result: dict[str, Any] = answer.json()
+        return result
 
     def close(self) -> None:
         """Stop heartbeating and leave the group on every broker, so the others take the queues now."""
