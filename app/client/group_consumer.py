@@ -59,19 +59,22 @@ class GroupConsumer(HttpOwner):
         model: str = "clustering",
         strategy: str = "averagely",
         consume_from: str = "last",
+        consume_timestamp_ms: int | None = None,
         timeout_s: float = 10.0,
         user: User | None = None,
     ) -> None:
         self.group = group
         self.subscriptions = dict(subscriptions)
         self.client_id = client_id or f"wharf-{uuid.uuid4().hex[:12]}"
-        self.join_body = {
+        self.join_body: dict[str, Any] = {
             "client_id": self.client_id,
             "subscriptions": self.subscriptions,
             "model": model,
             "strategy": strategy,
             "consume_from": consume_from,
         }
+        if consume_timestamp_ms is not None:
+            self.join_body["consume_timestamp_ms"] = consume_timestamp_ms
         self.timeout_s = timeout_s
         self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
         self.routes = RouteCache(self.http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
