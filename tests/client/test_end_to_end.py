@@ -124,3 +124,16 @@ def test_producer_retries_on_another_broker_after_a_failure(broker: BrokerProces
     assert not producer.faults.available("broker-dead")
     with PullConsumer(broker.url, "retry", "check", max_wait_ms=300) as consumer:
         assert sorted(consume(consumer, 6)) == sorted(f"x{i}".encode() for i in range(6))
+
+
+def test_a_delayed_message_answers_no_queue_offset_and_comes_when_due(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "later", "queues": 1})
+    with Producer(broker.url) as producer:
+        (delayed,) = producer.send_batch("later", [OutgoingMessage(b"later", delay_ms=1_000)])
+        (now,) = producer.send_batch("later", [OutgoingMessage(b"now")])
+    # Its place in the queue is known only once it is due.
+    assert (delayed.queue_offset, now.queue_offset) == (None, 0)
+    with PullConsumer(broker.url, "later", "readers", max_wait_ms=300, start="first") as consumer:
+        bodies = consume(consumer, 2)
+    assert bodies == [b"now", b"later"]
+    assert httpx.get(f"{broker.url}/v1/topics/later/queues").json()["queues"][0]["max_offset"] == 2
