@@ -148,7 +148,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "heartbeatMember": {
         400: "A bad tag expression (40004) or `consume_from` (40012)",
         404: "A subscribed topic does not exist (40402)",
-        409: "The group's other members use another model or strategy (40905)",
+        409: "The group's other members use another model or strategy (40905), or it is full (40906)",
         421: None,
     },
     "leaveGroup": {404: "The client is not a member of the group (40407)"},
