@@ -126,7 +126,7 @@ async def resend(broker: Broker, group: str, msg_ids: list[str] | None) -> list[
         properties = dict(letter.properties)
         properties.pop(PROPERTY_DLQ_ORIGIN_TOPIC, None)
         properties.pop(PROPERTY_DLQ_ORIGIN_MESSAGE_ID, None)
-        properties.pop("RETRY_TOPIC", None)
+        properties.pop(PROPERTY_RETRY_TOPIC, None)
         destination = original_topic(letter)
         config = await broker.topic_for_write(destination)
         copies.append(

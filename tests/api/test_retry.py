@@ -134,3 +134,32 @@ def test_a_send_back_names_one_message_one_way(client: httpx.Client) -> None:
     assert (vague.status_code, vague.json()["error_code"]) == (400, 40001)
     unknown = client.post("/v1/groups/g/dlq/resend", json={"msg_ids": ["0" * 32]})
     assert (unknown.status_code, unknown.json()["error_code"]) == (404, 40404)
+
+
+def test_a_resend_of_all_crosses_its_cap_over_successive_calls(client: httpx.Client) -> None:
+    """1,001 dead letters: a resend of all sends the first 1,000, the next call the last one, then
+    none; each comes back to its topic exactly once."""
+    assert client.post("/v1/topics", json={"name": "bulk", "queues": 1}).status_code == 201
+    # No reconsume allowed: every message sent back goes straight to the dead letters.
+    assert client.put("/v1/groups/bulk-workers/config", json={"max_reconsume_times": 0}).status_code == 200
+    count = 1_001
+    unique_ids: list[str] = []
+    for first in range(0, count, 500):
+        batch = [{"body": f"m{n}"} for n in range(first, min(first + 500, count))]
+        answer = client.post("/v1/topics/bulk/messages", json={"messages": batch})
+        unique_ids += [result["unique_id"] for result in answer.json()["results"]]
+    for offset in range(count):
+        place = {"topic": "bulk", "queue_id": 0, "offset": offset}
+        assert client.post("/v1/groups/bulk-workers/retry", json=place).json()["status"] == "DEAD_LETTER"
+
+    calls = [
+        len(client.post("/v1/groups/bulk-workers/dlq/resend", json={"all": True}).json()["resent"])
+        for _ in range(3)
+    ]
+    assert calls == [1_000, 1, 0]
+    back = client.get("/v1/topics/bulk/queues/0/messages", params={"offset": count, "max_messages": 1_000})
+    copies = back.json()["messages"]
+    more = client.get("/v1/topics/bulk/queues/0/messages", params={"offset": count + len(copies)})
+    copies += more.json()["messages"]
+    assert sorted(message["unique_id"] for message in copies) == sorted(unique_ids)  # none twice, none lost
+    assert client.get("/v1/groups/bulk-workers/dlq").json()["resent_until"] == count
