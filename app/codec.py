@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
 from app.store.record_format import (
     HEADER,
     POS_BODY,
@@ -36,6 +37,7 @@ from app.store.record_format import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
@@ -180,6 +182,17 @@ def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
         "store_timestamp": store_timestamp,
         "reconsume_times": reconsume_times,
     }
+
+
+def as_consumed(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as a group's consumer sees it (RocketMQ's resetRetryAndNamespace): one read from
+    a retry topic shows the topic it was produced to as ``topic``, and in ``retry_topic`` the retry
+    topic its ``queue_id`` and ``queue_offset`` belong to (commits and send-backs name that one)."""
+    original = message["properties"].get(PROPERTY_RETRY_TOPIC)
+    if original and message["topic"].startswith(RETRY_TOPIC_PREFIX):
+        message["retry_topic"] = message["topic"]
+        message["topic"] = original
+    return message
 
 
 def parse_batch(data: bytes) -> list[IncomingMessage]:

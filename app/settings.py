@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     broker_expiry_s: float = Field(120.0, gt=0)
     # A group member silent this long is dropped and its queues go to the others (RocketMQ: 120 s).
     consumer_expiry_s: float = Field(30.0, gt=0)
+    # A heartbeat of a new member past this many members of its group is refused (409, 40906).
+    max_group_members: int = Field(1000, ge=1)
     # A group's messages are consumed again at most this often before they go to %DLQ%<group>
     # (RocketMQ's maxReconsumeTimes); PUT /v1/groups/{group}/config changes it per group.
     max_reconsume_times: int = Field(16, ge=0, le=1000)

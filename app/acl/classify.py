@@ -139,13 +139,19 @@ async def read_offsets(view: RequestView, broker: Broker | None) -> Need:
     return Need.on(tuple((name, Action.SUB) for name in topics), ((group, Action.SUB),))
 
 
-def _commit_topics(body: bytes) -> list[str]:
-    """The topics of a commit's body; a body of another shape is refused by the route (400/422)."""
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """The body's JSON object; None for a body that is not one (the route refuses it: 400/422)."""
     try:
         document: Any = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return []
-    items = document.get("offsets") if isinstance(document, dict) else None
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _commit_topics(body: bytes) -> list[str]:
+    """The topics of a commit's body; a body of another shape is refused by the route (400/422)."""
+    document = _json_object(body)
+    items = document.get("offsets") if document is not None else None
     if not isinstance(items, list):
         return []
     return sorted(
@@ -165,11 +171,8 @@ def _group_need(group: str, topics: list[str] | tuple[str, ...] = ()) -> Need:
 
 async def heartbeat(view: RequestView, broker: Broker | None) -> Need:
     """SUB on the group and on every topic the member subscribes to."""
-    try:
-        document: Any = orjson.loads(await view.body())
-    except orjson.JSONDecodeError:
-        document = None
-    subscriptions = document.get("subscriptions") if isinstance(document, dict) else None
+    document = _json_object(await view.body())
+    subscriptions = document.get("subscriptions") if document is not None else None
     topics = (
         [name for name in subscriptions if isinstance(name, str)] if isinstance(subscriptions, dict) else []
     )
@@ -189,11 +192,8 @@ async def group_pull(view: RequestView, broker: Broker | None) -> Need:
 async def retry_message(view: RequestView, broker: Broker | None) -> Need:
     """SUB on the group and on the topic the body names (a message named by id: the group's SUB
     and the id's topic, looked up as a message read by id is)."""
-    try:
-        document: Any = orjson.loads(await view.body())
-    except orjson.JSONDecodeError:
-        document = None
-    if not isinstance(document, dict):
+    document = _json_object(await view.body())
+    if document is None:
         return ACCOUNT  # answered 400/422 by the route
     group = view.path_params["group"]
     topic = document.get("topic")

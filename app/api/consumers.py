@@ -21,7 +21,7 @@ from app.broker import dead_letter, group_consume, orderly
 from app.broker import retry as retry_module
 from app.broker.filters import SQL92, TAG, FilterExpression
 from app.broker.groups import Group, Member
-from app.codec import record_to_json
+from app.codec import as_consumed, record_to_json
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
@@ -115,8 +115,14 @@ class NextOffset(BaseModel):
 class GroupPullResponse(BaseModel):
     group: str
     generation: int
-    messages: list[dict[str, Any]] = Field(description="Message objects, as a queue pull answers them")
-    offsets: list[NextOffset] = Field(description="Per queue read past its offset: the offset to commit")
+    messages: list[dict[str, Any]] = Field(
+        description="Message objects, as a queue pull answers them; one read from %RETRY%{group} shows "
+        "the topic it was produced to as topic, and %RETRY%{group} as retry_topic (its queue_id and "
+        "queue_offset are the retry topic's)"
+    )
+    offsets: list[NextOffset] = Field(
+        description="Per queue read past its offset: the offset to commit (%RETRY%{group} for retried messages)"
+    )
 
 
 class QueueRef(BaseModel):
@@ -241,7 +247,7 @@ def _records(read: group_consume.QueueRead) -> zip[tuple[memoryview, int]]:
 
 
 def _message(read: group_consume.QueueRead, record: memoryview, offset: int) -> dict[str, Any]:
-    message = record_to_json(record)
+    message = as_consumed(record_to_json(record))
     if read.reconsumed is not None and read.reconsumed[0] == offset:
         message["reconsume_times"] = read.reconsumed[1]  # retried in place
     return message
@@ -308,6 +314,12 @@ async def set_group_config(group: GroupName, body: GroupConfigBody, broker: Brok
 class RetryRequest(BaseModel):
     msg_id: str | None = Field(None, min_length=32, max_length=32, pattern=r"^[0-9A-Fa-f]{32}$")
     topic: str | None = Field(None, min_length=1, max_length=255)
+    retry_topic: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="A retried message's retry_topic: its queue_id and offset are in %RETRY%{group}",
+    )
     queue_id: int | None = Field(None, ge=0)
     offset: int | None = Field(None, ge=0)
 
@@ -339,12 +351,18 @@ class RetryAnswer(BaseModel):
     responses=_ERRORS,
 )
 async def retry(group: GroupName, body: RetryRequest, broker: BrokerDep) -> dict[str, Any]:
-    by_place = (body.topic, body.queue_id, body.offset)
-    if (body.msg_id is not None) == (None not in by_place):
+    by_place = (body.retry_topic or body.topic, body.queue_id, body.offset)
+    if (body.msg_id is not None) == (None not in by_place) or (body.retry_topic and body.msg_id):
         raise ApiError(ErrorCode.BAD_REQUEST, "give either msg_id, or topic, queue_id and offset")
-    if body.topic is not None and body.queue_id is not None:
-        await broker.queue_of(body.topic, body.queue_id)
-    stored = await asyncio.to_thread(retry_module.find, broker, body.msg_id, *by_place)
+    if body.retry_topic is not None and body.retry_topic != retry_module.retry_topic(group):
+        raise ApiError(
+            ErrorCode.BAD_REQUEST,
+            f"retry_topic is {body.retry_topic!r}: group {group!r} retries through "
+            f"{retry_module.retry_topic(group)!r}",
+        )
+    if by_place[0] is not None and body.queue_id is not None:
+        await broker.queue_of(by_place[0], body.queue_id)
+    stored = await asyncio.to_thread(retry_module.find, broker, body.msg_id, *by_place, body.topic)
     return dataclasses.asdict(await retry_module.send_back(broker, group, stored))
 
 

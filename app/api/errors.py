@@ -62,6 +62,7 @@ class ErrorCode(enum.IntEnum):
     TOPIC_NOT_READABLE = 40903
     GENERATION_FENCED = 40904
     GROUP_CONFLICT = 40905
+    GROUP_FULL = 40906
     RECEIPT_HANDLE_EXPIRED = 40910
     TRANSACTION_ENDED = 40920
     QUEUE_NOT_LOCKED = 40930
@@ -160,6 +161,7 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "The group's other members consume with another model, allocation strategy or consume mode; "
         "nothing was changed."
     ),
+    ErrorCode.GROUP_FULL: "The group has as many members as WHARF_MAX_GROUP_MEMBERS allows; nothing was changed.",
     ErrorCode.RECEIPT_HANDLE_EXPIRED: (
         "The receipt handle is not the message's latest: the message was acked, handed out again, "
         "nacked or given another invisible time since; nothing was changed."
@@ -268,6 +270,7 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.ClusterNotFoundError: ErrorCode.CLUSTER_NOT_FOUND,
     broker_errors.MemberNotFoundError: ErrorCode.MEMBER_NOT_FOUND,
     broker_errors.GroupConflictError: ErrorCode.GROUP_CONFLICT,
+    broker_errors.GroupFullError: ErrorCode.GROUP_FULL,
     broker_errors.GenerationFencedError: ErrorCode.GENERATION_FENCED,
     broker_errors.MessageNotFoundError: ErrorCode.MESSAGE_NOT_FOUND,
     broker_errors.ReceiptHandleNotFoundError: ErrorCode.RECEIPT_HANDLE_NOT_FOUND,

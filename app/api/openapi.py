@@ -158,7 +158,8 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         400: "A bad tag expression (40004), SQL92 expression (40015, with its `line` and `column`) or "
         "`consume_from` (40012), or consume_mode orderly with model broadcasting (40001)",
         404: "A subscribed topic does not exist (40402)",
-        409: "The group's other members use another model, strategy or consume mode (40905)",
+        409: "The group's other members use another model, strategy or consume mode (40905), or it is "
+        "full (40906)",
         421: None,
     },
     "leaveGroup": {404: "The client is not a member of the group (40407)"},

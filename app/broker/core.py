@@ -105,7 +105,9 @@ class Broker:
         self.unique_ids = UniqueIdGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
         self.creator = TopicCreator(topics, self.topics_changed)
-        self.groups = ConsumerGroups(self.read_queue_count, settings.consumer_expiry_s)
+        self.groups = ConsumerGroups(
+            self.read_queue_count, settings.consumer_expiry_s, max_members=settings.max_group_members
+        )
         self.group_configs = GroupConfigs(
             store.config.config_dir, GroupConfig(max_reconsume_times=settings.max_reconsume_times)
         )

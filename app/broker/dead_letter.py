@@ -18,6 +18,7 @@ from app.broker.errors import MessageNotFoundError, TopicNotWritableError
 from app.routing.topic_config import TopicConfig
 from app.store import Message, MessageStore
 from app.store.record import StoredMessage, decode_record
+from app.store.record_format import PROPERTY_RETRY_TOPIC
 from app.store.results import AppendResult
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ async def send_to_dead_letter(
 def original_topic(record: StoredMessage) -> str:
     """The topic a dead letter was first produced to (through the retry topic, if it went there)."""
     origin = record.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, record.topic)
-    return record.properties.get("RETRY_TOPIC", origin) if origin.startswith("%RETRY%") else origin
+    return record.properties.get(PROPERTY_RETRY_TOPIC, origin) if origin.startswith("%RETRY%") else origin
 
 
 def list_dead_letters(
@@ -133,7 +134,7 @@ async def resend(broker: Broker, group: str, msg_ids: list[str] | None) -> list[
         properties = dict(letter.properties)
         properties.pop(PROPERTY_DLQ_ORIGIN_TOPIC, None)
         properties.pop(PROPERTY_DLQ_ORIGIN_MESSAGE_ID, None)
-        properties.pop("RETRY_TOPIC", None)
+        properties.pop(PROPERTY_RETRY_TOPIC, None)
         destination = original_topic(letter)
         config = await broker.topic_for_write(destination)
         copies.append(

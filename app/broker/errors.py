@@ -116,6 +116,10 @@ class GroupConflictError(BrokerError):
     """A member asks for another model or allocation strategy than the group's other members use."""
 
 
+class GroupFullError(BrokerError):
+    """A new member would pass the group's cap on members (WHARF_MAX_GROUP_MEMBERS)."""
+
+
 class GenerationFencedError(BrokerError):
     """A member's commit names an older generation, or a queue it does not own in this one: nothing
     was committed. ``generation`` is the group's current one."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from app.broker.allocate import STRATEGIES, allocate
-from app.broker.errors import GroupConflictError, MemberNotFoundError
+from app.broker.errors import GroupConflictError, GroupFullError, MemberNotFoundError
 from app.broker.filters import FilterExpression
 
 CLUSTERING = "clustering"
@@ -85,9 +85,11 @@ class ConsumerGroups:
         expiry_s: float,
         clock: Callable[[], float] = time.monotonic,
         first_generation: int | None = None,
+        max_members: int = 1000,
     ) -> None:
         self.read_queues = read_queues
         self.expiry_s = expiry_s
+        self.max_members = max_members
         self.clock = clock
         self._next_generation = (
             first_generation if first_generation is not None else time.time_ns() // 1_000_000
@@ -110,8 +112,9 @@ class ConsumerGroups:
 
     def heartbeat(self, name: str, member: Member) -> Group:
         """Add or renew ``member``; refused when the group's other members use another model or
-        allocation strategy (they would allocate the queues differently), or another consume mode
-        (a concurrent member would ignore the ordered members' locks)."""
+        allocation strategy (they would allocate the queues differently), another consume mode
+        (a concurrent member would ignore the ordered members' locks), or when a new member would
+        pass ``max_members`` (members already in keep renewing)."""
         self._sweep_if_due()
         if member.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {member.strategy!r}")
@@ -131,6 +134,10 @@ class ConsumerGroups:
                     f"consume_mode={other.consume_mode!r}; {member.client_id!r} asked for "
                     f"model={member.model!r} strategy={member.strategy!r} consume_mode={member.consume_mode!r}"
                 )
+        if member.client_id not in group.members and len(group.members) >= self.max_members:
+            raise GroupFullError(
+                f"group {name!r} has {len(group.members)} members, the most WHARF_MAX_GROUP_MEMBERS allows"
+            )
         member.last_heartbeat = self.clock()
         previous = group.members.get(member.client_id)
         if previous is not None:

@@ -137,11 +137,23 @@ class PopService:
         config = await self.broker.topic(topic)
         parse_start(start)
         queue_count = config.read_queue_nums
+        # Queues that are no longer read (the read queues shrank) still give back their messages
+        # in flight once their invisible time passes; nothing new is read from them.
+        drained = range(queue_count, config.queue_nums)
         deadline = time.monotonic() + min(max_wait_ms, self.broker.settings.max_wait_ms) / 1000
         while True:
             changes: list[PopRecord] = []
             popped, doomed = self._take(
-                group, topic, queue_count, max_messages, invisible_ms, start, changes, message_filter, orderly
+                group,
+                topic,
+                queue_count,
+                drained,
+                max_messages,
+                invisible_ms,
+                start,
+                changes,
+                message_filter,
+                orderly,
             )
             await self._record(changes)
             self.dead_letters.send_later(group, topic, doomed)
@@ -152,7 +164,7 @@ class PopService:
             if remaining < MIN_HOLD_S:
                 return popped
             codes = message_filter.codes if message_filter is not None else None
-            if not await self._wait(group, topic, queue_count, remaining, receive, codes, orderly):
+            if not await self._wait(group, topic, queue_count, drained, remaining, receive, codes, orderly):
                 return popped
 
     def _take(
@@ -160,6 +172,7 @@ class PopService:
         group: str,
         topic: str,
         queue_count: int,
+        drained: range,
         max_messages: int,
         invisible_ms: int,
         start: str,
@@ -176,6 +189,10 @@ class PopService:
         doomed: list[Doomed] = []
         rotation = self._rotation.get((group, topic), 0)
         self._rotation[group, topic] = rotation + 1
+        for queue_id in drained:
+            key = (group, topic, queue_id)
+            if len(popped) < max_messages and (queue := self.table.existing(key, changes)) is not None:
+                self._expired(key, queue, now, until, max_messages, popped, doomed, changes)
         for step in range(queue_count):
             if len(popped) >= max_messages:
                 break
@@ -184,17 +201,32 @@ class PopService:
             if orderly and queue.inflight:
                 self._again_in_order(key, queue, now, until, max_messages, popped, doomed, changes)
                 continue
-            for offset, entry in queue.expired(now):
-                if len(popped) >= max_messages or len(doomed) >= max_messages:
-                    break
-                if self.dead_letters.due(group, entry):
-                    doomed.append(self.dead_letters.hold(changes, key, offset, entry))
-                else:
-                    self._again(key, offset, entry, until, popped, changes)
+            self._expired(key, queue, now, until, max_messages, popped, doomed, changes)
             room = max_messages - len(popped)
             if room > 0:
                 self._new(key, queue, room, until, popped, changes, message_filter)
         return popped, doomed
+
+    def _expired(
+        self,
+        key: QueueKey,
+        queue: PopQueue,
+        now: int,
+        until: int,
+        max_messages: int,
+        popped: list[Popped],
+        doomed: list[Doomed],
+        changes: list[PopRecord],
+    ) -> None:
+        """Hand out again the queue's messages whose invisible time passed, or hold those due for
+        the dead-letter topic."""
+        for offset, entry in queue.expired(now):
+            if len(popped) >= max_messages or len(doomed) >= max_messages:
+                break
+            if self.dead_letters.due(key[0], entry):
+                doomed.append(self.dead_letters.hold(changes, key, offset, entry))
+            else:
+                self._again(key, offset, entry, until, popped, changes)
 
     def _again(
         self,
@@ -282,6 +314,7 @@ class PopService:
         group: str,
         topic: str,
         queue_count: int,
+        drained: range,
         remaining_s: float,
         receive: Receive | None,
         codes: frozenset[int] | None = None,
@@ -296,7 +329,11 @@ class PopService:
             if (queue := self.table.queues.get((group, topic, queue_id))) is not None
         }
         timeout_s = remaining_s
-        deadlines = [ms for queue in queues.values() if (ms := queue.next_deadline_ms()) is not None]
+        in_flight = [
+            *queues.values(),
+            *(queue for i in drained if (queue := self.table.queues.get((group, topic, i)))),
+        ]
+        deadlines = [ms for queue in in_flight if (ms := queue.next_deadline_ms()) is not None]
         if deadlines:
             timeout_s = min(timeout_s, max(0, min(deadlines) - self.now_ms()) / 1000 + MIN_HOLD_S)
         wake = asyncio.Event()

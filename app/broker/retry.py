@@ -34,13 +34,13 @@ from app.broker.dead_letter import (
 from app.broker.errors import MessageNotFoundError
 from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
 from app.store.record import StoredMessage
+from app.store.record_format import PROPERTY_RETRY_TOPIC
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
 
 RETRY_QUEUE_NUMS = 1
 FIRST_RETRY_LEVEL = 3  # RocketMQ: delayLevel = 3 + reconsumeTimes
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 
 
@@ -61,9 +61,15 @@ class SentBack:
 
 
 def find(
-    broker: Broker, msg_id: str | None, topic: str | None, queue_id: int | None, offset: int | None
+    broker: Broker,
+    msg_id: str | None,
+    topic: str | None,
+    queue_id: int | None,
+    offset: int | None,
+    produced_to: str | None = None,
 ) -> StoredMessage:
-    """The stored message a send-back names: by its id, or by topic, queue and queue offset."""
+    """The stored message a send-back names: by its id, or by topic, queue and queue offset; in a
+    retry topic, ``produced_to`` is the topic the message must have been first produced to."""
     if msg_id is not None:
         found = broker.store.query_message_by_id(msg_id)
         if found is None:
@@ -73,6 +79,10 @@ def find(
     read = broker.store.read_messages(topic, queue_id, offset, 1)
     if not read or read[0].queue_offset != offset:
         raise MessageNotFoundError(f"no message at offset {offset} of queue {queue_id} of {topic!r}")
+    if produced_to not in (None, topic, read[0].properties.get(PROPERTY_RETRY_TOPIC)):
+        raise MessageNotFoundError(
+            f"the message at offset {offset} of queue {queue_id} of {topic!r} was not produced to {produced_to!r}"
+        )
     return read[0]
 
 

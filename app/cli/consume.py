@@ -1,25 +1,34 @@
-"""``wharf consume TOPIC --group G``: print a topic's messages, one per line, with the pull consumer
-of :mod:`app.client`.
+"""``wharf consume TOPIC --group G``: print a topic's messages, one per line, as a member of the
+group (:class:`app.client.GroupConsumer`): it joins the group by heartbeat, reads the queues the
+brokers allocate to it with group pulls, commits fenced by the generation, and leaves at the end,
+so it shares the topic with the group's other members instead of reading their queues too.
 
 The group reads from its committed offsets; ``--from`` says where it starts on a queue it has none
-for. Without ``--follow`` the command stops once every queue is read to its end (or after ``--max``
-messages); with it, it long-polls until ``--max`` or Ctrl-C (exit status 130). Offsets are committed
-only with ``--commit``: the offset after the last message printed, per queue.
+for. Without ``--follow`` the command stops once a pull of every broker finds nothing new on its
+queues (or after ``--max`` messages); with it, it long-polls until ``--max`` or Ctrl-C (exit
+status 130). A member commits each batch once it is printed: a group pull reads from the group's
+offsets, so a member moves on only by committing.
+
+``--all-queues`` reads every queue of the topic on its own instead (the pull consumer of
+:mod:`app.client`, RocketMQ's assign): no membership, and offsets are committed only with
+``--commit``, after the last message printed - the way to look without moving the group.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from app.cli.options import DEFAULT_URL, JsonOption, UrlOption, UserOption, parse_start
 from app.cli.output import message_json, print_json_line
 from app.client.consumer import ConsumedMessage, PullConsumer
+from app.client.group_consumer import GroupBatch, GroupConsumer
 from app.codec import encode_body
 
 FOLLOW_WAIT_MS = 2_000  # how long a pull is held under --follow; Ctrl-C waits at most this long
+BATCH_SIZE = 32
 EXIT_INTERRUPTED = 130
 
 
@@ -29,6 +38,15 @@ def print_message(consumed: ConsumedMessage, json_output: bool) -> None:
     else:
         # A body that is not UTF-8 is printed in base64, as the API shows it.
         sys.stdout.write(encode_body(consumed.body)[0] + "\n")
+    sys.stdout.flush()
+
+
+def print_api_message(message: dict[str, Any], json_output: bool) -> None:
+    """A group pull's message object: as it is with --json, else its body (base64 when not UTF-8)."""
+    if json_output:
+        print_json_line(message)
+    else:
+        sys.stdout.write(message["body"] + "\n")
     sys.stdout.flush()
 
 
@@ -43,6 +61,35 @@ def print_messages(consumer: PullConsumer, limit: int | None, json_output: bool)
         print_message(consumed, json_output)
         printed += 1
     return printed
+
+
+def print_as_member(consumer: GroupConsumer, limit: int | None, follow: bool, json_output: bool) -> None:
+    """Group pulls until ``limit``, or (without ``follow``) until every broker answered nothing in
+    a row; each batch committed once printed (also when Ctrl-C cuts its commit short)."""
+    printed = 0
+    empty_in_a_row = 0
+    printed_batch: GroupBatch | None = None
+    try:
+        while limit is None or printed < limit:
+            room = BATCH_SIZE if limit is None else min(BATCH_SIZE, limit - printed)
+            batch = consumer.poll(room, FOLLOW_WAIT_MS if follow else 0)
+            if not batch.messages:
+                empty_in_a_row += 1
+                if not follow and empty_in_a_row >= len(consumer.brokers()):
+                    return
+                continue
+            empty_in_a_row = 0
+            for message in batch.messages:
+                print_api_message(message, json_output)
+            printed += len(batch.messages)
+            printed_batch = batch
+            # Refused as fenced (the group rebalanced): the queue's new owner reads them again.
+            consumer.commit(batch)
+            printed_batch = None
+    except KeyboardInterrupt:
+        if printed_batch is not None:
+            consumer.commit(printed_batch)
+        raise
 
 
 def consume(
@@ -60,13 +107,74 @@ def consume(
     max_messages: Annotated[int | None, typer.Option("--max", min=1, help="Stop after this many.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new messages.")] = False,
     commit: Annotated[
-        bool, typer.Option("--commit", help="Commit the offsets after the messages printed.")
+        bool,
+        typer.Option(
+            "--commit",
+            help="With --all-queues: commit the offsets after the messages printed (a member always does).",
+        ),
+    ] = False,
+    all_queues: Annotated[
+        bool,
+        typer.Option(
+            "--all-queues", help="Read every queue without joining the group (no sharing with its members)."
+        ),
     ] = False,
     url: UrlOption = DEFAULT_URL,
     user: UserOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Print a topic's messages, one per line: the body, or the message as JSON with --json."""
+    if all_queues:
+        interrupted = consume_all_queues(
+            topic, group, start, max_messages, follow, commit, url, user, json_output
+        )
+    else:
+        interrupted = consume_as_member(topic, group, start, max_messages, follow, url, user, json_output)
+    if interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def consume_as_member(
+    topic: str,
+    group: str,
+    start: str,
+    limit: int | None,
+    follow: bool,
+    url: str,
+    user: str | None,
+    json_output: bool,
+) -> bool:
+    """Consume as a member of the group; True when Ctrl-C stopped it."""
+    timestamp_ms = int(start) if start.isdigit() else None
+    consumer = GroupConsumer(
+        url,
+        group,
+        {topic: "*"},
+        consume_from="timestamp" if timestamp_ms is not None else start,
+        consume_timestamp_ms=timestamp_ms,
+        user=user,
+    )
+    try:
+        print_as_member(consumer, limit, follow, json_output)
+    except KeyboardInterrupt:
+        return True
+    finally:
+        consumer.close()  # leaves the group: its queues go to the other members at once
+    return False
+
+
+def consume_all_queues(
+    topic: str,
+    group: str,
+    start: str,
+    limit: int | None,
+    follow: bool,
+    commit: bool,
+    url: str,
+    user: str | None,
+    json_output: bool,
+) -> bool:
+    """Read every queue with the pull consumer; True when Ctrl-C stopped it."""
     consumer = PullConsumer(
         url,
         topic,
@@ -76,18 +184,17 @@ def consume(
         auto_commit=False,
         stop_at_end=not follow,
         max_wait_ms=FOLLOW_WAIT_MS if follow else 0,
-        batch_size=min(32, max_messages or 32),
+        batch_size=min(BATCH_SIZE, limit or BATCH_SIZE),
     )
     interrupted = False
     try:
         consumer.start()
         try:
-            print_messages(consumer, max_messages, json_output)
+            print_messages(consumer, limit, json_output)
         except KeyboardInterrupt:
             interrupted = True
         if commit:
             consumer.commit(strict=True)
     finally:
         consumer.close()
-    if interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+    return interrupted

@@ -18,6 +18,10 @@ With ``consume_mode="orderly"`` the member also locks the queues each heartbeat 
 renewing them), and before each pull releases those no longer its own, once the batch it read
 from them was committed; the broker hands it only the queues it holds, in order, and a commit
 refused because a lock was lost is dropped like a fenced one.
+
+A message sent back with :meth:`GroupConsumer.retry` comes again through the group's retry topic
+with its original ``topic``; its ``retry_topic`` names the queue its ``queue_id`` and
+``queue_offset`` belong to, and the batch's ``offsets`` commit that queue.
 """
 
 from __future__ import annotations
@@ -65,13 +69,14 @@ class GroupConsumer(HttpOwner):
         strategy: str = "averagely",
         consume_from: str = "last",
         consume_mode: str = "concurrently",
+        consume_timestamp_ms: int | None = None,
         timeout_s: float = 10.0,
         user: User | None = None,
     ) -> None:
         self.group = group
         self.subscriptions = dict(subscriptions)
         self.client_id = client_id or f"wharf-{uuid.uuid4().hex[:12]}"
-        self.join_body = {
+        self.join_body: dict[str, Any] = {
             "client_id": self.client_id,
             "subscriptions": self.subscriptions,
             "model": model,
@@ -80,6 +85,8 @@ class GroupConsumer(HttpOwner):
             "consume_mode": consume_mode,
         }
         self.orderly = consume_mode == "orderly"
+        if consume_timestamp_ms is not None:
+            self.join_body["consume_timestamp_ms"] = consume_timestamp_ms
         self.timeout_s = timeout_s
         self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
         self.routes = RouteCache(self.http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
@@ -203,6 +210,17 @@ class GroupConsumer(HttpOwner):
             return False
         raise_for_envelope(answer)
         return True
+
+    def retry(self, batch: GroupBatch, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` of ``batch`` back for another try (to the group's retry topic, or its
+        dead-letter topic past the group's max reconsume times); the broker's answer. Commit the
+        batch as usual: the message comes again by itself."""
+        answer = self.http.post(
+            f"{batch.address}/v1/groups/{self.group}/retry", json={"msg_id": message["msg_id"]}
+        )
+        raise_for_envelope(answer)
+        result: dict[str, Any] = answer.json()
+        return result
 
     def close(self) -> None:
         """Stop heartbeating and leave the group on every broker, so the others take the queues now."""

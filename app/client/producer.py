@@ -27,6 +27,10 @@ class OutgoingMessage:
     properties: dict[str, str] = field(default_factory=dict)
     unique_id: str | None = None
     born_timestamp: int = 0  # milliseconds; 0: when the broker receives it
+    # Delayed delivery (at most one): a level 1-18, a delay in ms, or an epoch time in ms.
+    delay_level: int | None = None
+    delay_ms: int | None = None
+    deliver_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +38,7 @@ class SendResult:
     msg_id: str
     unique_id: str
     queue_id: int
-    queue_offset: int | None  # None for a half message (a transaction's begin)
+    queue_offset: int | None  # None for a half message (a transaction's begin) or a delayed one
     status: str
     broker_name: str
     address: str
@@ -201,6 +205,9 @@ class Producer(HttpOwner):
                 queue_id=queue.queue_id,
                 unique_id=message.unique_id,
                 born_timestamp=message.born_timestamp,
+                delay_level=message.delay_level,
+                delay_ms=message.delay_ms,
+                deliver_at_ms=message.deliver_at_ms,
             )
             for message in messages
         )

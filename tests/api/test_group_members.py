@@ -256,6 +256,23 @@ def test_a_member_with_another_strategy_is_refused(client: httpx.Client) -> None
     assert (missing.status_code, missing.json()["error_code"]) == (404, 40402)
 
 
+def test_a_heartbeat_of_a_new_member_past_the_cap_is_409(tmp_path: Path) -> None:
+    process = BrokerProcess(tmp_path / "store", max_group_members=2).start()
+    try:
+        with httpx.Client(base_url=process.url, timeout=30) as small:
+            topic = make_topic(small, 2)
+            heartbeat(small, "crowded", "a", topic)
+            heartbeat(small, "crowded", "b", topic)
+            body = {"client_id": "c", "subscriptions": {topic: "*"}}
+            full = small.post("/v1/groups/crowded/heartbeat", json=body)
+            assert (full.status_code, full.json()["error_code"]) == (409, 40906)
+            heartbeat(small, "crowded", "a", topic)  # a member already in renews
+            members = small.get("/v1/groups/crowded").json()["members"]
+            assert [member["client_id"] for member in members] == ["a", "b"]
+    finally:
+        process.stop()
+
+
 @pytest.mark.crash
 @pytest.mark.slow
 def test_offsets_survive_sigkill_and_generations_only_grow(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.broker.errors import GroupConflictError, MemberNotFoundError
+from app.broker.errors import GroupConflictError, GroupFullError, MemberNotFoundError
 from app.broker.groups import ConsumerGroups, Member
 
 
@@ -124,3 +124,21 @@ def test_a_group_nobody_looks_at_again_is_dropped_once_its_members_expired() -> 
     # Any other group's heartbeat sweeps: the silent groups leave memory without being looked at.
     groups.heartbeat("alive", Member("b", {"t": "*"}))
     assert groups.names() == ["alive"]
+
+
+def test_a_new_member_past_the_cap_is_refused_while_members_in_keep_renewing() -> None:
+    clock = Clock()
+    groups = ConsumerGroups(lambda topic: 4, expiry_s=30, clock=clock, max_members=2)
+    groups.heartbeat("g", Member("a", {"t": "*"}))
+    groups.heartbeat("g", Member("b", {"t": "*"}))
+    generation = groups.get("g").generation  # type: ignore[union-attr]
+    with pytest.raises(GroupFullError, match="2 members"):
+        groups.heartbeat("g", Member("c", {"t": "*"}))
+    clock.now += 20
+    groups.heartbeat("g", Member("a", {"t": "*"}))  # renewing: still in
+    group = groups.get("g")
+    assert group is not None and sorted(group.members) == ["a", "b"] and group.generation == generation
+    groups.heartbeat("other", Member("c", {"t": "*"}))  # the cap is per group
+    assert groups.leave("g", "b")
+    groups.heartbeat("g", Member("c", {"t": "*"}))  # room again
+    assert sorted(groups.get("g").members) == ["a", "c"]  # type: ignore[union-attr]

@@ -37,17 +37,39 @@ def test_from_first_max_and_commit_then_the_group_goes_on(
     first = wharf("consume", topic, "--group", "cli-billing", "--from", "first", "--max", "3", "--commit")
     assert first.exit_code == 0, first.stderr
     assert first.stdout == "m0\nm1\nm2\n"
-    assert committed(client, "cli-billing", topic) == {0: 3, 1: None, 2: None, 3: None}
+    # Joining fixed the group's start on every queue (--from first); the commit moved queue 0.
+    assert committed(client, "cli-billing", topic) == {0: 3, 1: 0, 2: 0, 3: 0}
     rest = wharf("consume", topic, "-g", "cli-billing", "--commit")
     assert rest.stdout == "m3\nm4\n"  # to the end of every queue, then it stops
     assert committed(client, "cli-billing", topic)[0] == 5
     assert wharf("consume", topic, "-g", "cli-billing").stdout == ""
 
 
+def test_a_consume_is_a_member_that_shares_the_queues_and_leaves(
+    wharf: Wharf, client: httpx.Client, topic: str
+) -> None:
+    # Another member holds the group's first half of the queues (its id sorts before "wharf-...").
+    join = {"client_id": "another", "subscriptions": {topic: "*"}, "consume_from": "first"}
+    assert client.post("/v1/groups/cli-members/heartbeat", json=join).status_code == 200
+    for queue_id in range(4):
+        produce(client, topic, [f"q{queue_id}"], queue_id=queue_id)
+    printed = wharf("consume", topic, "-g", "cli-members", "--from", "first")
+    assert printed.exit_code == 0, printed.stderr
+    assert printed.stdout == "q2\nq3\n"  # its own queues only, committed as a member
+    assert committed(client, "cli-members", topic) == {0: 0, 1: 0, 2: 1, 3: 1}
+    # It left: the other member owns every queue again.
+    (member,) = client.get("/v1/groups/cli-members").json()["members"]
+    assert (member["client_id"], len(member["assignments"])) == ("another", 4)
+    # Reading every queue stays an explicit mode, without joining.
+    every = wharf("consume", topic, "-g", "cli-members", "--from", "first", "--all-queues")
+    assert sorted(every.stdout.splitlines()) == ["q0", "q1"]
+    assert len(client.get("/v1/groups/cli-members").json()["members"]) == 1
+
+
 def test_without_commit_no_offset_moves(wharf: Wharf, client: httpx.Client, topic: str) -> None:
     produce(client, topic, ["a", "b"], queue_id=2)
     for _ in range(2):
-        assert wharf("consume", topic, "-g", "cli-peek", "--from", "first").stdout == "a\nb\n"
+        assert wharf("consume", topic, "-g", "cli-peek", "--from", "first", "--all-queues").stdout == "a\nb\n"
     assert client.get("/v1/groups/cli-peek/offsets").status_code == 404
 
 

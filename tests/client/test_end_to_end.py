@@ -151,3 +151,16 @@ def test_a_transaction_is_seen_only_once_committed(broker: BrokerProcess) -> Non
             assert producer.rollback(dropped)["state"] == "ROLLED_BACK"
             assert consume(consumer, 1) == [b"kept"]
             assert consumer.poll(0.5) is None
+
+
+def test_a_delayed_message_answers_no_queue_offset_and_comes_when_due(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "later", "queues": 1})
+    with Producer(broker.url) as producer:
+        (delayed,) = producer.send_batch("later", [OutgoingMessage(b"later", delay_ms=1_000)])
+        (now,) = producer.send_batch("later", [OutgoingMessage(b"now")])
+    # Its place in the queue is known only once it is due.
+    assert (delayed.queue_offset, now.queue_offset) == (None, 0)
+    with PullConsumer(broker.url, "later", "readers", max_wait_ms=300, start="first") as consumer:
+        bodies = consume(consumer, 2)
+    assert bodies == [b"now", b"later"]
+    assert httpx.get(f"{broker.url}/v1/topics/later/queues").json()["queues"][0]["max_offset"] == 2

@@ -101,3 +101,35 @@ def test_a_member_subscribes_with_a_sql92_expression(broker: BrokerProcess) -> N
         assert sorted(got) == ["a150", "a250"]
     finally:
         consumer.close()
+
+
+@pytest.mark.slow
+def test_a_message_sent_back_comes_again_with_its_topic_and_commits(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "tried", "queues": 1})
+    with Producer(broker.url) as producer:
+        producer.send("tried", "again")
+    with GroupConsumer(broker.url, "triers", {"tried": "*"}, consume_from="first") as consumer:
+        batch = consumer.poll(max_wait_ms=5_000)
+        (message,) = batch.messages
+        sent = consumer.retry(batch, message)
+        assert (sent["status"], sent["topic"], sent["reconsume_times"]) == ("RETRY", "%RETRY%triers", 1)
+        # The first send-back made the group's retry topic: a fenced commit is dropped and the
+        # message is read again from its topic, then committed.
+        if not consumer.commit(batch):
+            batch = consumer.poll(max_wait_ms=5_000)
+            assert [m["body"] for m in batch.messages] == ["again"]
+            assert consumer.commit(batch)
+        retried = consumer.poll(max_wait_ms=20_000)  # level 3: 10 s
+        if not retried.messages:  # the hold ended as the retry topic's queue came to the member
+            retried = consumer.poll(max_wait_ms=20_000)
+        (again,) = retried.messages
+        assert (again["topic"], again["retry_topic"], again["reconsume_times"]) == (
+            "tried",
+            "%RETRY%triers",
+            1,
+        )
+        assert again["unique_id"] == message["unique_id"]
+        assert consumer.commit(retried)
+        assert consumer.poll(max_wait_ms=500).messages == []  # committed: not read again
+        dead = consumer.retry(retried, again)  # by its id: the retry topic's copy
+        assert (dead["status"], dead["reconsume_times"]) == ("RETRY", 2)

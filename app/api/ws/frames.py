@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from app.codec import record_to_json
+from app.codec import as_consumed, record_to_json
 
 
 def messages_frame(topic: str, queue_id: int, records: list[memoryview], room: int) -> tuple[bytes, int]:
@@ -14,7 +14,7 @@ def messages_frame(topic: str, queue_id: int, records: list[memoryview], room: i
     size = len(head) + 2
     parts: list[bytes] = []
     for record in records:
-        part = orjson.dumps(record_to_json(record))
+        part = orjson.dumps(as_consumed(record_to_json(record)))
         if parts and size + len(part) + 1 > room:
             break
         parts.append(part)
