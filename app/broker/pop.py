@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from app.broker.core import parse_start
@@ -220,7 +220,20 @@ class PopService:
     ) -> None:
         """Hand out again the queue's messages whose invisible time passed, or hold those due for
         the dead-letter topic."""
-        for offset, entry in queue.expired(now):
+        self._hand_back(key, queue.expired(now), until, max_messages, popped, doomed, changes)
+
+    def _hand_back(
+        self,
+        key: QueueKey,
+        entries: Iterable[tuple[int, InFlight]],
+        until: int,
+        max_messages: int,
+        popped: list[Popped],
+        doomed: list[Doomed],
+        changes: list[PopRecord],
+    ) -> None:
+        """Hand out again each of ``entries``, or hold it for the dead-letter topic when due."""
+        for offset, entry in entries:
             if len(popped) >= max_messages or len(doomed) >= max_messages:
                 break
             if self.dead_letters.due(key[0], entry):
@@ -262,13 +275,7 @@ class PopService:
         batch is out); else its messages again, in offset order, before anything new."""
         if any(entry.deadline_ms > now for entry in queue.inflight.values()):
             return
-        for offset, entry in list(queue.inflight.items()):
-            if len(popped) >= max_messages:
-                break
-            if self.dead_letters.due(key[0], entry):
-                doomed.append(self.dead_letters.hold(changes, key, offset, entry))
-            else:
-                self._again(key, offset, entry, until, popped, changes)
+        self._hand_back(key, list(queue.inflight.items()), until, max_messages, popped, doomed, changes)
 
     def _new(
         self,
