@@ -190,7 +190,7 @@ class Broker:
 
     # -- producing -------------------------------------------------------------------------------
 
-    def _choose_queue(self, config: TopicConfig, incoming: IncomingMessage) -> int:
+    def choose_queue(self, config: TopicConfig, incoming: IncomingMessage) -> int:
         queues = config.write_queue_nums
         if incoming.queue_id is not None:
             if incoming.queue_id >= queues:
@@ -205,7 +205,7 @@ class Broker:
             counter = self._round_robin[config.name] = itertools.count()
         return next(counter) % queues
 
-    def _to_message(self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str) -> Message:
+    def to_message(self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str) -> Message:
         properties = incoming.properties
         if properties:
             reserved = RESERVED_PROPERTIES.intersection(properties)
@@ -255,7 +255,7 @@ class Broker:
                     continue
                 first_in_batch[supplied] = len(answers)
             unique_id = supplied or self.unique_ids.next()
-            message = self._to_message(topic, self._choose_queue(config, incoming), incoming, unique_id)
+            message = self.to_message(topic, self.choose_queue(config, incoming), incoming, unique_id)
             if supplied is not None:
                 message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
             if is_delayed(incoming) and self.delays.schedule_message(

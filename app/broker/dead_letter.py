@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from app.broker.durable import append_all_durably
 from app.broker.errors import MessageNotFoundError, TopicNotWritableError
 from app.routing.topic_config import TopicConfig
-from app.store import Message, MessageStore
+from app.store import Message
 from app.store.record import StoredMessage, decode_record
 from app.store.record_format import PROPERTY_RETRY_TOPIC
 from app.store.results import AppendResult
@@ -71,16 +72,6 @@ async def append_durably(broker: Broker, message: Message) -> AppendResult:
     """Append one message and wait until it is as durable as the flush mode promises."""
     (appended,), _ = await append_all_durably(broker.store, [message])
     return appended
-
-
-async def append_all_durably(store: MessageStore, messages: list[Message]) -> tuple[list[AppendResult], bool]:
-    """Append ``messages`` in one append and wait until they are as durable as the flush mode
-    promises; the results, and False when the group commit did not confirm them in time."""
-    appended = store.append(messages)
-    durable = True
-    if store.group_commit is not None:
-        durable = await asyncio.wrap_future(store.durable(appended))
-    return appended, durable
 
 
 async def send_to_dead_letter(

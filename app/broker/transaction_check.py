@@ -23,13 +23,11 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
-if TYPE_CHECKING:
-    from app.broker.transaction_table import OpenTransaction
-    from app.broker.transactions import Transactions
+from app.broker.transaction_table import OpenTransaction, TransactionTable
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +82,24 @@ class HttpCheckBack:
             self._client = None
 
 
+class CheckedTransactions(Protocol):
+    """What the check service needs of the transactions it checks (app.broker.transactions)."""
+
+    table: TransactionTable
+
+    def recheck(self, entry: OpenTransaction) -> tuple[str, dict[str, Any]] | None: ...
+
+    async def resolve_checked(self, transaction_id: str, commit: bool) -> None: ...
+
+    async def roll_back_unresolved(self, entry: OpenTransaction) -> None: ...
+
+    async def durable_so_far(self) -> None: ...
+
+
 class TransactionCheckService:
     def __init__(
         self,
-        transactions: Transactions,
+        transactions: CheckedTransactions,
         timeout_s: float,
         interval_s: float,
         check_max: int,

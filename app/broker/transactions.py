@@ -23,17 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from app.broker import repeats
-from app.broker.dead_letter import append_all_durably
-from app.broker.delay import is_delayed
+from app.broker.delay import DelayedDelivery, is_delayed
+from app.broker.durable import append_all_durably
 from app.broker.errors import (
     InvalidParameterError,
     TopicNotWritableError,
     TransactionEndedError,
     TransactionNotFoundError,
 )
+from app.broker.idempotency import IdempotencyWindow
+from app.broker.metrics import BrokerMetrics
 from app.broker.producer_groups import ProducerGroups, validate_producer_group
 from app.broker.transaction_check import HttpCheckBack, TransactionCheckService
 from app.broker.transaction_message import (
@@ -51,7 +53,9 @@ from app.broker.transaction_message import (
 )
 from app.broker.transaction_table import OpenTransaction, TransactionTable
 from app.codec import IncomingMessage, encode_body
-from app.store import Message, parse_message_id
+from app.routing.topic_config import TopicConfig, TopicConfigManager
+from app.settings import Settings
+from app.store import Message, MessageStore, parse_message_id
 from app.store.record import StoredMessage
 from app.store.record_format import (
     PROPERTY_KEYS,
@@ -64,8 +68,30 @@ from app.store.record_format import (
 )
 from app.store.results import AppendResult
 
-if TYPE_CHECKING:
-    from app.broker.core import Broker
+
+class UniqueIds(Protocol):
+    def next(self) -> str: ...
+
+
+class Broker(Protocol):
+    """What transactions need of the broker core (app.broker.core.Broker)."""
+
+    settings: Settings
+    store: MessageStore
+    topics: TopicConfigManager
+    delays: DelayedDelivery
+    idempotency: IdempotencyWindow
+    metrics: BrokerMetrics
+
+    @property
+    def unique_ids(self) -> UniqueIds: ...
+
+    async def topic_for_write(self, name: str) -> TopicConfig: ...
+
+    def choose_queue(self, config: TopicConfig, incoming: IncomingMessage) -> int: ...
+
+    def to_message(self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str) -> Message: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +173,7 @@ class Transactions:
                     continue
                 first_in_batch[supplied] = len(answers)
             unique_id = supplied or broker.unique_ids.next()
-            message = broker._to_message(topic, broker._choose_queue(config, incoming), incoming, unique_id)
+            message = broker.to_message(topic, broker.choose_queue(config, incoming), incoming, unique_id)
             if supplied is not None:
                 message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
             halves.append(half_message(message, group))
