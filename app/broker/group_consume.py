@@ -19,7 +19,7 @@ from app.broker.errors import BadRequestError, GenerationFencedError
 from app.broker.filters import FilterExpression
 from app.broker.groups import BROADCASTING, CLUSTERING, ORDERLY, Group, Member
 from app.broker.pull import read_or_hold
-from app.broker.retry import retry_topic
+from app.broker.retry import ensure_retry_topic
 from app.longpoll.hold import Receive
 from app.store import GetMessageResult, GetMessageStatus
 
@@ -62,8 +62,8 @@ async def heartbeat(broker: Broker, name: str, member: Member) -> tuple[Group, l
         expression.compile()
     if member.model == CLUSTERING:
         # Messages sent back for another try come back to the group through its retry topic
-        # (its queues are allocated once it exists).
-        member.subscriptions.setdefault(retry_topic(name), FilterExpression.tags())
+        # (made here, so that a first send-back changes none of the group's queues).
+        member.subscriptions.setdefault(await ensure_retry_topic(broker, name), FilterExpression.tags())
     group = broker.groups.heartbeat(name, member)
     member = group.members[member.client_id]
     key = offset_group(group, member)

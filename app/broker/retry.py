@@ -48,6 +48,15 @@ def retry_topic(group: str) -> str:
     return f"{RETRY_TOPIC_PREFIX}{group}"
 
 
+async def ensure_retry_topic(broker: Broker, group: str) -> str:
+    """The group's retry topic, made on first use. A clustering member's heartbeat makes it (as
+    RocketMQ's heartbeat does), so that a first send-back changes none of the group's queues and
+    does not fence the commit of the batch the message came in."""
+    topic = retry_topic(group)
+    await group_topic(broker, topic, RETRY_QUEUE_NUMS, "retry")
+    return topic
+
+
 @dataclasses.dataclass(frozen=True)
 class SentBack:
     """Where a message sent back went: ``status`` RETRY or DEAD_LETTER."""
@@ -96,8 +105,7 @@ async def send_back(broker: Broker, group: str, stored: StoredMessage) -> SentBa
     if reconsume_times > max_reconsume_times(broker, group):
         dead = await send_to_dead_letter(broker, group, stored, stored.reconsume_times)
         return SentBack("DEAD_LETTER", dead.topic, dead.msg_id, stored.reconsume_times)
-    topic = retry_topic(group)
-    await group_topic(broker, topic, RETRY_QUEUE_NUMS, "retry")
+    topic = await ensure_retry_topic(broker, group)
     properties = dict(stored.properties)
     properties.setdefault(PROPERTY_RETRY_TOPIC, stored.topic)
     properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, stored.msg_id)

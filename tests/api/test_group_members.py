@@ -52,7 +52,10 @@ def heartbeat(client: httpx.Client, group: str, client_id: str, topic: str, **fi
 
 
 def queues_of(answer: dict[str, Any]) -> list[int]:
-    return sorted(item["queue_id"] for item in answer["assignments"])
+    """The queue ids assigned of the subscribed topic (not of the group's retry topic)."""
+    return sorted(
+        item["queue_id"] for item in answer["assignments"] if not item["topic"].startswith("%RETRY%")
+    )
 
 
 def produce_to(client: httpx.Client, topic: str, queue_id: int, body: str) -> None:
