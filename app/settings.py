@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
     broker_id: int = Field(0, ge=0)
+    # Replication (issue 21): a SLAVE has its master's broker name and an id >= 1; it copies the
+    # master's CommitLog, found in the route registry (same name, id 0) or at ha_master_url.
+    broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
+    ha_master_url: str = ""
+    # SYNC_MASTER: a produce not held by an in-sync slave by then answers FLUSH_SLAVE_TIMEOUT.
+    ha_sync_timeout_ms: int = Field(3000, ge=1, le=600_000)
     advertised_url: str = ""  # empty: http://<host>:<port>, a reachable address when host is a wildcard
     heartbeat_interval_s: float = Field(30.0, gt=0)
     broker_expiry_s: float = Field(120.0, gt=0)
