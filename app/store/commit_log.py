@@ -208,8 +208,6 @@ class CommitLog:
                 before_write()
             last = self.files.last_file
             mapped = self.files.new_file(offset) if last is None or last.is_full else last
-            if mapped.file_from_offset + mapped.wrote_position != offset:
-                raise ReplicaError(f"replicated bytes start at {offset}, not at the end of a segment")
             position = mapped.wrote_position
             mapped.mm[position : position + len(data)] = data
             for physical_offset, record in checked:
