@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.address import is_wildcard, reachable_ipv4
@@ -210,6 +210,12 @@ class Settings(BaseSettings):
         if is_wildcard(parts.hostname):
             raise ValueError("an address clients can reach, not a wildcard such as 0.0.0.0")
         return value
+
+    @model_validator(mode="after")
+    def _slave_has_an_id(self) -> Settings:
+        if self.broker_role == "SLAVE" and self.broker_id < 1:
+            raise ValueError("a SLAVE needs WHARF_BROKER_ID >= 1 (id 0 is its master)")
+        return self
 
     @property
     def resolved_advertised_url(self) -> str:
