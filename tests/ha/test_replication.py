@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +12,10 @@ import httpx
 import pytest
 
 from tests.api.server import BrokerProcess
+from tests.transactions.transacting import wait_until
 
 TOPIC = "replicated"
 QUEUES = 2
-
-
-def poll(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def make_slave(tmp_path: Path, master: BrokerProcess, name: str = "slave") -> BrokerProcess:
@@ -86,13 +76,15 @@ def test_the_slave_holds_the_masters_commitlog_byte_for_byte(
     for start in range(0, len(bodies), 100):
         response = produce(master, bodies[start : start + 100])
         assert response.status_code == 200, response.text
-    poll(lambda: caught_up(master, slave), "the slave to catch up")
+    wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
     assert pulled_bodies(slave) == sorted(bodies)
     master_log, slave_log = commitlog_bytes(master.store_dir), commitlog_bytes(slave.store_dir)
     assert len(master_log) > 1
     assert slave_log == master_log
 
-    state = poll(lambda: (s := ha(master))["slaves"] and s["slaves"][0]["lag_bytes"] == 0 and s, "the ack")
+    state = wait_until(
+        lambda: (s := ha(master))["slaves"] and s["slaves"][0]["lag_bytes"] == 0 and s, what="the ack"
+    )
     assert state["role"] == "ASYNC_MASTER"
     assert state["slaves"] == [
         {
@@ -111,7 +103,7 @@ def test_the_slave_holds_the_masters_commitlog_byte_for_byte(
 
 def test_a_slave_refuses_produce_naming_its_master(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
     master, slave = pair
-    poll(lambda: ha(slave)["connected"], "the slave to connect")
+    wait_until(lambda: ha(slave)["connected"], what="the slave to connect")
     response = produce(slave, ["not here"])
     assert response.status_code == 421, response.text
     assert response.headers["location"] == master.url
@@ -123,13 +115,13 @@ def test_a_killed_slave_catches_up_after_its_restart(
 ) -> None:
     master, slave = pair
     assert produce(master, [f"before-{number}" for number in range(50)]).status_code == 200
-    poll(lambda: caught_up(master, slave), "the slave to catch up")
+    wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
     slave.kill()
     after = [f"after-{number}".ljust(2000, "y") for number in range(800)]
     for start in range(0, len(after), 200):
         assert produce(master, after[start : start + 200]).status_code == 200
     slave.start()
-    poll(lambda: caught_up(master, slave), "the restarted slave to catch up")
+    wait_until(lambda: caught_up(master, slave), what="the restarted slave to catch up")
     assert pulled_bodies(slave) == pulled_bodies(master)
     assert commitlog_bytes(slave.store_dir) == commitlog_bytes(master.store_dir)
 
@@ -143,7 +135,7 @@ def test_a_sync_master_answers_after_its_slave_holds_the_message(tmp_path: Path)
         assert [result["status"] for result in answer.json()["results"]] == ["SLAVE_NOT_AVAILABLE"]
 
         slave.start()
-        poll(lambda: ha(master)["slaves"], "the slave to connect")
+        wait_until(lambda: ha(master)["slaves"], what="the slave to connect")
         answer = produce(master, ["held", "by", "the slave"])
         assert {result["status"] for result in answer.json()["results"]} == {"SEND_OK"}
         assert ha(slave)["commitlog_max_offset"] >= ha(master)["commitlog_max_offset"]
@@ -155,7 +147,7 @@ def test_a_sync_master_answers_after_its_slave_holds_the_message(tmp_path: Path)
             assert [result["status"] for result in answer.json()["results"]] == ["FLUSH_SLAVE_TIMEOUT"]
         finally:
             os.kill(slave.process.pid, signal.SIGCONT)
-        poll(lambda: caught_up(master, slave), "the resumed slave to catch up")
+        wait_until(lambda: caught_up(master, slave), what="the resumed slave to catch up")
         answer = produce(master, ["again"])
         assert [result["status"] for result in answer.json()["results"]] == ["SEND_OK"]
     finally:
