@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.address import is_wildcard, reachable_ipv4
@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
     broker_id: int = Field(0, ge=0)
+    # Replication (issue 21): a SLAVE has its master's broker name and an id >= 1; it copies the
+    # master's CommitLog, found in the route registry (same name, id 0) or at ha_master_url.
+    broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
+    ha_master_url: str = ""
+    # SYNC_MASTER: a produce not held by an in-sync slave by then answers FLUSH_SLAVE_TIMEOUT.
+    ha_sync_timeout_ms: int = Field(3000, ge=1, le=600_000)
     advertised_url: str = ""  # empty: http://<host>:<port>, a reachable address when host is a wildcard
     heartbeat_interval_s: float = Field(30.0, gt=0)
     broker_expiry_s: float = Field(120.0, gt=0)
@@ -204,6 +210,12 @@ class Settings(BaseSettings):
         if is_wildcard(parts.hostname):
             raise ValueError("an address clients can reach, not a wildcard such as 0.0.0.0")
         return value
+
+    @model_validator(mode="after")
+    def _slave_has_an_id(self) -> Settings:
+        if self.broker_role == "SLAVE" and self.broker_id < 1:
+            raise ValueError("a SLAVE needs WHARF_BROKER_ID >= 1 (id 0 is its master)")
+        return self
 
     @property
     def resolved_advertised_url(self) -> str:

@@ -321,6 +321,7 @@ RULES: tuple[Rule, ...] = (
     Rule("*", "/v1/admin/{rest:path}", Need.admin("an operator request (/v1/admin)"), "admin"),
     Rule("WEBSOCKET", "/v1/ws/subscribe", ws_subscribe, "SUB on the topic, and on `group`"),
     Rule("WEBSOCKET", "/v1/ws/produce", ws_produce, "PUB on the topic; admin if it would be created"),
+    Rule("WEBSOCKET", "/v1/ha/replicate", Need.admin("replicating the CommitLog to a slave"), "admin"),
 )
 
 _COMPILED = tuple((rule, rule.pattern) for rule in RULES)

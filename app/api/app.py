@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from app.acl import install_acl
-from app.api import admin, cluster, consumers, groups, locks, lookup, messages, pop, topics, transactions
+from app.api import admin, cluster, consumers, groups, ha, locks, lookup, messages, pop, topics, transactions
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
@@ -22,6 +22,7 @@ from app.api.schemas import BrokerStats, HealthStatus, ReadyStatus
 from app.api.ws import router as ws_router
 from app.api.ws.going_away import WebSocketSessions
 from app.broker import Broker
+from app.broker.ha_master import AppendSignal
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
 from app.routing.registry import BrokerIdentity, RouteRegistry
@@ -61,8 +62,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store_config = settings.store_config()
         queues = QueueTable(store_config)
         holds = PullHoldService(queues.max_offset, settings.hold_check_interval_ms / 1000)
+        # Wakes the replication streams when the CommitLog grows.
+        ha_signal = AppendSignal()
+        ha_signal.bind(asyncio.get_running_loop())
         store = MessageStore(
-            store_config, [holds.notify_arrival], queues=queues, on_flush=metrics.observe_flush
+            store_config,
+            [holds.notify_arrival, ha_signal.notify],
+            queues=queues,
+            on_flush=metrics.observe_flush,
         )
         # Loading and recovery read the disk: keep them off the event loop.
         await asyncio.to_thread(store.open)
@@ -94,18 +101,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine.dispose()
             raise
         await holds.start()
-        broker = Broker(settings, store, topic_configs, holds, routing, metrics)
+        broker = Broker(settings, store, topic_configs, holds, routing, metrics, ha_signal)
         try:
             # Before the first request: a retry after the restart must find its first message.
             restored = await asyncio.to_thread(broker.restore_idempotency)
             log.info("idempotency window: %d unique ids restored from the CommitLog", restored)
             app.state.ws_sessions = WebSocketSessions()
             # Delayed messages: what fell due while the broker was down goes out first.
-            await asyncio.to_thread(broker.delays.start)
+            if broker.ha_slave is not None:
+                # A slave writes only what its master sends: nothing of its own is delivered.
+                broker.ha_slave.start()
+            else:
+                await asyncio.to_thread(broker.delays.start)
             app.state.broker = broker
             settle_garbage_collector()
             yield
         finally:
+            if broker.ha_slave is not None:
+                await broker.ha_slave.stop()
             await asyncio.to_thread(broker.delays.stop)
             await holds.stop()
             app.state.broker = None
@@ -150,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pop.router)
     app.include_router(transactions.router)
     app.include_router(admin.router)
+    app.include_router(ha.router)
     app.include_router(ws_router)
     install_console(app)
 

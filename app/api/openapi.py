@@ -67,6 +67,7 @@ OPERATION_IDS: dict[str, str] = {
     "get_producer": "getProducer",
     "clean": "cleanStore",
     "disk_usage": "getDiskUsage",
+    "ha_status": "getReplication",
     "healthz": "getHealth",
     "readyz": "getReadiness",
     "stats": "getStats",
@@ -223,6 +224,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     },
     "cleanStore": {},
     "getDiskUsage": {},
+    "getReplication": {},
     "getHealth": {},
     "getReadiness": {
         503: "The store is opening or closing (50301), or the route registry cannot be reached (50303)"

@@ -29,6 +29,8 @@ from app.broker.errors import (
 )
 from app.broker.group_config import GroupConfig, GroupConfigs
 from app.broker.groups import ConsumerGroups
+from app.broker.ha_master import SEND_OK, AppendSignal, HaMaster
+from app.broker.ha_slave import HaSlave
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
 from app.broker.pull import read_or_hold
@@ -94,6 +96,7 @@ class Broker:
         holds: PullHoldService,
         routing: RoutingService | None = None,
         metrics: BrokerMetrics | None = None,
+        ha_signal: AppendSignal | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -118,6 +121,59 @@ class Broker:
             settings, store, lambda name: config.queue_nums if (config := topics.get(name)) else 0
         )
         self.transactions = Transactions(self)
+        # Replication (issue 21): a master streams to slaves, a slave copies its master.
+        self.ha_master: HaMaster | None = None
+        self.ha_slave: HaSlave | None = None
+        if settings.broker_role == "SLAVE":
+            self.ha_slave = HaSlave(
+                store, self.find_master, settings.broker_id, settings.resolved_advertised_url
+            )
+        else:
+            self.ha_master = HaMaster(store, ha_signal or AppendSignal(), settings.ha_sync_timeout_ms)
+
+    # -- replication -----------------------------------------------------------------------------
+
+    @property
+    def is_slave(self) -> bool:
+        return self.ha_slave is not None
+
+    async def find_master(self) -> str:
+        """The master's address: WHARF_HA_MASTER_URL, else the registry's id 0 of this broker name."""
+        if self.settings.ha_master_url:
+            return self.settings.ha_master_url
+        if self.routing is None:
+            return ""
+        masters = await self.routing.masters(broker_names=[self.settings.broker_name])
+        return masters[0][1] if masters else ""
+
+    def require_master(self) -> HaMaster:
+        """This broker's master side; MisdirectedError (naming the master) on a slave."""
+        if self.ha_master is None:
+            raise self._slave_refusal("replication")
+        return self.ha_master
+
+    def _slave_refusal(self, what: str) -> MisdirectedError:
+        master = self.ha_slave.master_url if self.ha_slave is not None else ""
+        master = master or self.settings.ha_master_url
+        return MisdirectedError(
+            f"this broker is a slave and takes no {what}; send to its master {master or '(not known yet)'}",
+            [master] if master else [],
+        )
+
+    def ha_status(self) -> dict[str, Any]:
+        settings = self.settings
+        return {
+            "role": settings.broker_role,
+            "epoch": 0,
+            "broker_name": settings.broker_name,
+            "broker_id": settings.broker_id,
+            "master_url": self.ha_slave.master_url
+            if self.ha_slave is not None
+            else settings.resolved_advertised_url,
+            "commitlog_max_offset": self.store.commitlog.max_offset,
+            "connected": self.ha_slave.connected if self.ha_slave is not None else False,
+            "slaves": self.ha_master.describe_slaves() if self.ha_master is not None else [],
+        }
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -237,6 +293,8 @@ class Broker:
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
         """Store a batch in one append; results in request order. Repeats of a producer's unique id
         within the idempotency window are answered with the first message and not stored again."""
+        if self.is_slave:
+            raise self._slave_refusal("messages")
         config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None
         answers: list[Answer] = []
@@ -279,7 +337,9 @@ class Broker:
             durable = True
             if self.store.group_commit is not None:
                 durable = await asyncio.wrap_future(self.store.durable(appended))
-            status = "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT"
+            status = SEND_OK if durable else "FLUSH_DISK_TIMEOUT"
+            if durable and self.ha_master is not None and self.settings.broker_role == "SYNC_MASTER":
+                status = await self.ha_master.wait_for_slave(max(result.end_offset for result in appended))
             for position, ((index, unique_id, _), result) in enumerate(zip(fresh, appended, strict=True)):
                 made: dict[str, Any] = {
                     "msg_id": result.msg_id,

@@ -184,6 +184,108 @@ class CommitLog:
                 self.on_batch(records, results)
         return results
 
+    def append_replica(
+        self,
+        offset: int,
+        data: bytes,
+        checked: Sequence[tuple[int, CheckedRecord]],
+        before_write: Callable[[], None] | None = None,
+    ) -> list[AppendResult]:
+        """Write a master's bytes at the same offset here (``offset`` must be this log's end) and
+        dispatch the messages among them, ``checked`` by :func:`check_replica`. The bytes are
+        copied as they are: the log stays byte-identical to the master's."""
+        results: list[AppendResult] = []
+        with self.lock:
+            if self.closed:
+                raise StoreClosedError("the CommitLog is closed")
+            if offset != self.files.max_offset:
+                raise ReplicaError(
+                    f"replicated bytes start at {offset}, this CommitLog ends at {self.files.max_offset}"
+                )
+            if not data:
+                return results
+            if before_write is not None:
+                before_write()
+            last = self.files.last_file
+            mapped = self.files.new_file(offset) if last is None or last.is_full else last
+            position = mapped.wrote_position
+            mapped.mm[position : position + len(data)] = data
+            for physical_offset, record in checked:
+                if not skips_consume_queue(record.sysflag):
+                    key = (record.topic, record.queue_id)
+                    self.queue_offsets[key] = record.queue_offset + 1
+                    self.dispatch(
+                        record.topic,
+                        record.queue_id,
+                        record.queue_offset,
+                        physical_offset,
+                        record.size,
+                        record.tags_code,
+                        record.store_timestamp,
+                        record.keys,
+                        record.uniq_key,
+                    )
+                results.append(
+                    AppendResult(
+                        PUT_OK,
+                        record.topic,
+                        record.queue_id,
+                        record.queue_offset,
+                        physical_offset,
+                        record.size,
+                        record.store_timestamp,
+                        self.store_host,
+                    )
+                )
+            mapped.wrote_position = position + len(data)
+            if checked:
+                mapped.last_store_timestamp = checked[-1][1].store_timestamp
+                self.last_record_offset = checked[-1][0]
+                if self.on_batch is not None:
+                    start = offset
+                    records = [
+                        EncodedRecord(
+                            data[at - start : at - start + record.size],
+                            record.topic,
+                            record.queue_id,
+                            record.tags_code,
+                            record.keys,
+                            record.uniq_key,
+                            record.sysflag,
+                        )
+                        for at, record in checked
+                    ]
+                    self.on_batch(records, results)
+        return results
+
+    def read_replica(self, offset: int, max_bytes: int) -> bytes:
+        """Whole records from ``offset`` for a slave (:meth:`MessageStore.read_replica`)."""
+        mapped = self.files.find(offset)
+        if mapped is None:
+            if offset < self.files.min_offset:
+                raise ReplicaError(
+                    f"CommitLog offset {offset} is no longer stored (it starts at {self.min_offset})"
+                )
+            return b""
+        if not mapped.hold():
+            return b""
+        try:
+            view, base = mapped.view, mapped.file_from_offset
+            start = position = offset - base
+            wrote = mapped.wrote_position
+            while position + BLANK_MIN_SIZE <= wrote:
+                size, magic = SIZE_MAGIC.unpack_from(view, position)
+                if magic == BLANK_MAGIC:
+                    if position == start:
+                        position = self.file_size  # only the blank: send it alone
+                    break
+                if position + size > wrote or (position > start and position + size - start > max_bytes):
+                    break
+                position += size
+            return bytes(view[start:position])
+        finally:
+            mapped.release()
+
     def read(self, physical_offset: int, size: int) -> memoryview | None:
         """The record bytes at ``physical_offset`` as a slice of the mapping, or None if gone."""
         mapped = self.files.find(physical_offset)
@@ -335,3 +437,30 @@ class LogWalk:
         finally:
             if last >= 0:
                 self.commitlog.last_record_offset = last
+
+
+def check_replica(data: bytes, offset: int, file_size: int) -> list[tuple[int, CheckedRecord]]:
+    """Validate bytes a master's CommitLog holds at ``offset`` before a slave writes them there:
+    whole records inside one segment, the last of which may be a blank END_OF_FILE that fills it.
+    Returns (offset, record) of each message; ReplicaError names the first thing wrong."""
+    position = offset % file_size
+    if position + len(data) > file_size:
+        raise ReplicaError(f"{len(data)} bytes at {offset} cross the end of a CommitLog segment")
+    view = memoryview(data)
+    checked: list[tuple[int, CheckedRecord]] = []
+    at = 0
+    while at < len(data):
+        record = check_record(view, at, offset + at)
+        if record is None:
+            raise ReplicaError(f"no valid record at CommitLog offset {offset + at}")
+        if record.size == 0:  # the blank runs to the end of the chunk, which is the segment's
+            if position + len(data) != file_size:
+                raise ReplicaError(f"the blank record at {offset + at} does not fill its segment")
+            break
+        checked.append((offset + at, record))
+        at += record.size
+    return checked
+
+
+class ReplicaError(ValueError):
+    """Replicated bytes that cannot go where they are sent: the wrong offset or not whole records."""

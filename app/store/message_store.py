@@ -313,6 +313,18 @@ class MessageStore:
         result = self.reader.get_message(topic, queue_id, offset, max_messages)
         return [decode_record(record) for record in result.records]
 
+    def append_replica(self, offset: int, data: bytes) -> list[AppendResult]:
+        """Write bytes a master's CommitLog holds at ``offset`` at the same place here (a slave's
+        replication, :meth:`MessageWriter.append_replica`)."""
+        return self.writer.append_replica(offset, data)
+
+    def read_replica(self, offset: int, max_bytes: int) -> bytes:
+        """Whole records of the CommitLog from ``offset`` (a record boundary), at most
+        ``max_bytes`` of them and within one segment, for a slave; a segment's trailing blank
+        record comes whole. Empty when nothing is stored past ``offset`` yet. It reads the disk:
+        call it off the event loop."""
+        return self.commitlog.read_replica(offset, max_bytes)
+
     def read_record(self, physical_offset: int) -> memoryview | None:
         """The stored message record that starts at ``physical_offset``, or None if there is none."""
         return self.reader.read_record(physical_offset)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from app.store.commit_log import CommitLog, skips_consume_queue
+from app.store.commit_log import CommitLog, check_replica, skips_consume_queue
 from app.store.disk_guard import DiskGuard
 from app.store.errors import InvalidQueueError
 from app.store.mapped_file import MappedFile
@@ -77,6 +77,31 @@ class MessageWriter:
         for listener in self.dispatchers:
             for result, record in zip(results, records, strict=True):
                 listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
+        return results
+
+    def append_replica(self, offset: int, data: bytes) -> list[AppendResult]:
+        """Write bytes replicated from a master at ``offset`` (this CommitLog's end), dispatch their
+        messages to the ConsumeQueues and the index, and tell the arrival listeners
+        (:meth:`CommitLog.append_replica`). ReplicaError when the bytes do not fit there."""
+        self.disk_guard.check_writable()
+        checked = check_replica(data, offset, self.commitlog.file_size)
+        entries: dict[tuple[str, int], int] = {}
+        for _, record in checked:
+            if not skips_consume_queue(record.sysflag):
+                key = (record.topic, record.queue_id)
+                entries[key] = entries.get(key, 0) + 1
+        held: list[MappedFile] = []
+        try:
+            results = self.commitlog.append_replica(
+                offset, data, checked, lambda: self._prepare_queues(entries, held)
+            )
+        finally:
+            for mapped in held:
+                mapped.release()
+        for listener in self.dispatchers:
+            for result, (_, record) in zip(results, checked, strict=True):
+                if not skips_consume_queue(record.sysflag):
+                    listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
         return results
 
     def _prepare_queues(self, entries: dict[tuple[str, int], int], held: list[MappedFile]) -> None:

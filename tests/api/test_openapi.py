@@ -56,6 +56,7 @@ OPERATION_IDS = {
     ("get", "/v1/producers/{producer_group}"): "getProducer",
     ("post", "/v1/admin/clean"): "cleanStore",
     ("get", "/v1/admin/disk"): "getDiskUsage",
+    ("get", "/v1/admin/ha"): "getReplication",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/v1/stats"): "getStats",
