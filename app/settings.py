@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
     broker_id: int = Field(0, ge=0)
-    # Replication (issue 21): a SLAVE has its master's broker name and an id >= 1; it copies the
+    # Replication: a SLAVE has its master's broker name and an id >= 1; it copies the
     # master's CommitLog, found in the route registry (same name, id 0) or at ha_master_url.
     broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
     ha_master_url: str = ""

@@ -241,6 +241,7 @@ STORE_ERRORS: list[tuple[type[Exception], ErrorCode]] = [
     (store_errors.DiskFullError, ErrorCode.DISK_FULL),
     (store_errors.ResourceExhaustedError, ErrorCode.RESOURCES_EXHAUSTED),
     (store_errors.StoreClosedError, ErrorCode.STORE_CLOSED),
+    (store_errors.ReplicaReadOnlyError, ErrorCode.MISDIRECTED),
     (store_errors.CorruptRecordError, ErrorCode.INTERNAL_ERROR),
     (store_errors.StoreConfigError, ErrorCode.INTERNAL_ERROR),
     (store_errors.StoreLockedError, ErrorCode.INTERNAL_ERROR),

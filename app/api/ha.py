@@ -1,4 +1,4 @@
-"""Replication (issue 21): the master's replication WebSocket and the operator's view of it.
+"""Replication: the master's replication WebSocket and the operator's view of it.
 
 ``/v1/ha/replicate?offset=N&broker_id=B&url=U``: the slave asks for the CommitLog from offset N;
 the master answers with binary frames (8-byte big-endian CommitLog offset, then whole records) and

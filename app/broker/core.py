@@ -121,10 +121,11 @@ class Broker:
             settings, store, lambda name: config.queue_nums if (config := topics.get(name)) else 0
         )
         self.transactions = Transactions(self)
-        # Replication (issue 21): a master streams to slaves, a slave copies its master.
+        # Replication: a master streams to slaves, a slave copies its master.
         self.ha_master: HaMaster | None = None
         self.ha_slave: HaSlave | None = None
         if settings.broker_role == "SLAVE":
+            store.replica = True
             self.ha_slave = HaSlave(
                 store, self.find_master, settings.broker_id, settings.resolved_advertised_url
             )

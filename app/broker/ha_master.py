@@ -1,4 +1,4 @@
-"""The master's side of replication (issue 21): it streams its CommitLog to slaves from the offset
+"""The master's side of replication: it streams its CommitLog to slaves from the offset
 each asks for, learns how far each holds it from their acknowledgements, and under SYNC_MASTER holds
 a produce's answer until a slave holds the message.
 

@@ -1,4 +1,4 @@
-"""The slave's side of replication (issue 21): it connects to its master's replication WebSocket,
+"""The slave's side of replication: it connects to its master's replication WebSocket,
 asks for the CommitLog from its own end, writes each chunk at the same offsets
 (:meth:`MessageStore.append_replica`, which dispatches the messages to its ConsumeQueues and
 index) and acknowledges after each chunk and at least every second. A lost connection is tried

@@ -128,7 +128,8 @@ class Transactions:
         await asyncio.to_thread(self.producers.load)
         await asyncio.to_thread(self.table.load)
         log.info("transactions: %d open after the restart", len(self.table.open))
-        self.checker.start()
+        if not self.store.replica:  # a slave's half messages are checked by its master
+            self.checker.start()
 
     async def close(self) -> None:
         """Stop checking and write the checkpoint. Before the store closes."""

@@ -80,5 +80,10 @@ class StoreConfigError(StoreError):
     pass
 
 
+class ReplicaReadOnlyError(StoreError):
+    """The store is a slave's copy of its master's CommitLog: only replicated bytes are written to
+    it, so that it stays byte for byte the master's."""
+
+
 class StoreLockedError(StoreError):
     """Another process holds the store directory's lock."""

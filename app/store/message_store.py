@@ -39,7 +39,7 @@ from app.store.consume_queue import ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager
 from app.store.dir_lock import StoreDirectoryLock
 from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
-from app.store.errors import NO_SPACE, DiskFullError, StoreClosedError
+from app.store.errors import NO_SPACE, DiskFullError, ReplicaReadOnlyError, StoreClosedError
 from app.store.file_cache import SegmentCache
 from app.store.filter import MessageFilter
 from app.store.flush import (
@@ -89,6 +89,8 @@ class MessageStore:
         self.store_host = encode_host(config.store_host, config.store_port)
         self.limits = Limits(config.max_message_size, config.max_topic_length, config.max_properties_size)
         self.dir_lock = StoreDirectoryLock(config.store_dir)
+        # A slave's store: only append_replica writes, so the CommitLog stays its master's.
+        self.replica = False
         self.checkpoint = Checkpoint(config.checkpoint_path)
         self.queues = queues if queues is not None else QueueTable(config)
         # Every new file asks the guard first (a full disk refuses it before it is allocated).
@@ -271,7 +273,7 @@ class MessageStore:
     def append(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Validate, encode and append messages; no waiting for the disk. Either every message is
         valid and all are stored, or a MessageRejectedError names the first bad one."""
-        self._check_open()
+        self._check_writable()
         return self.writer.append(messages)
 
     def durable(self, results: Sequence[AppendResult]) -> Future[bool]:
@@ -280,17 +282,24 @@ class MessageStore:
 
     def put(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
-        self._check_open()
+        self._check_writable()
         return self.writer.put(messages)
 
     async def put_async(self, messages: Sequence[Message]) -> list[AppendResult]:
         """As :meth:`put`, awaiting the group commit without blocking the event loop."""
-        self._check_open()
+        self._check_writable()
         return await self.writer.put_async(messages)
 
     def _check_open(self) -> None:
         if not self.is_open:
             raise StoreClosedError("the store is not open")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.replica:
+            raise ReplicaReadOnlyError(
+                "this broker is a slave: its CommitLog takes only what its master sends"
+            )
 
     # -- reading (app.store.reader) ---------------------------------------------------------------
 

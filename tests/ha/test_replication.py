@@ -1,4 +1,4 @@
-"""Replication end to end (issue 21, first step): a master and a slave as real broker processes."""
+"""Replication end to end: a master and a slave as real broker processes."""
 
 from __future__ import annotations
 
@@ -108,6 +108,30 @@ def test_a_slave_refuses_produce_naming_its_master(pair: tuple[BrokerProcess, Br
     assert response.status_code == 421, response.text
     assert response.headers["location"] == master.url
     assert response.json()["brokers"] == [master.url]
+
+
+def test_a_slave_appends_nothing_of_its_own(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
+    """Writes other than produce (a transaction's half message, a send-back to the retry topic)
+    are refused too: the slave's CommitLog stays its master's."""
+    master, slave = pair
+    assert produce(master, ["one"]).status_code == 200
+    wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
+    before = ha(slave)["commitlog_max_offset"]
+
+    begin = httpx.post(
+        f"{slave.url}/v1/topics/{TOPIC}/messages",
+        params={"transaction": "begin", "producer_group": "shop"},
+        json={"body": "half"},
+    )
+    retry = httpx.post(
+        f"{slave.url}/v1/groups/readers/retry", json={"topic": TOPIC, "queue_id": 0, "offset": 0}
+    )
+
+    assert (begin.status_code, begin.json()["error_code"]) == (421, 42101), begin.text
+    assert (retry.status_code, retry.json()["error_code"]) == (421, 42101), retry.text
+    assert ha(slave)["commitlog_max_offset"] == before
+    assert produce(master, ["two"]).status_code == 200  # and replication goes on
+    wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
 
 
 def test_a_killed_slave_catches_up_after_its_restart(

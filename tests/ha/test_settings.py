@@ -1,4 +1,4 @@
-"""The replication settings (issue 21)."""
+"""The replication settings."""
 
 from __future__ import annotations
 

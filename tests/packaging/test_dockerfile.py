@@ -1,4 +1,4 @@
-"""The Dockerfile: hadolint finds nothing in it, and it is the image issue 15 asks for (multi-stage,
+"""The Dockerfile: hadolint finds nothing in it, and it is the image the project promises (multi-stage,
 slim, not root, the store on a volume, port 8080, a health check, the Spark extra optional). That
 its install and start commands work is tests/packaging/test_wheel.py's part: it runs them."""
 

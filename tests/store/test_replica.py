@@ -1,4 +1,4 @@
-"""Replicated appends (issue 21): a slave's store takes a master's CommitLog bytes at the same
+"""Replicated appends: a slave's store takes a master's CommitLog bytes at the same
 offsets, dispatches them as its own, and refuses bytes that do not belong where they are sent."""
 
 from __future__ import annotations
