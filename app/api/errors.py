@@ -189,7 +189,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: (
         "The Content-Type is missing or not one the path accepts (JSON bodies: application/json)."
     ),
-    ErrorCode.MISDIRECTED: "This broker does not host the topic; `brokers` lists the addresses of those that do.",
+    ErrorCode.MISDIRECTED: (
+        "This broker does not host the topic (`brokers` lists the addresses of those that do), or it is a "
+        "slave, which takes no writes (`brokers` names its master when it knows it)."
+    ),
     ErrorCode.VALIDATION_FAILED: "A field has the wrong type or is missing.",
     ErrorCode.HEADERS_TOO_LARGE: (
         "The request's headers are over WHARF_MAX_HEADER_BYTES (or, for a WebSocket handshake, a header "
