@@ -47,7 +47,9 @@ def unframe(message: bytes) -> tuple[int, bytes]:
 
 class AppendSignal:
     """Tells the streams of the event loop that the CommitLog grew. ``notify`` is an arrival
-    listener of the store: called from any thread, it schedules at most one wake-up at a time."""
+    listener of the store: called from any thread, it counts the append and, only while a stream
+    waits, schedules at most one wake-up at a time (an append with no slave waiting costs no
+    wake-up of the event loop)."""
 
     def __init__(self) -> None:
         self.version = 0
@@ -59,8 +61,9 @@ class AppendSignal:
         self._loop = loop
 
     def notify(self, topic: str = "", queue_id: int = 0, next_offset: int = 0, tags_code: int = 0) -> None:
+        self.version += 1
         loop = self._loop
-        if loop is None or self._scheduled:
+        if loop is None or self._scheduled or not self._waiters:
             return
         self._scheduled = True
         try:
@@ -70,7 +73,6 @@ class AppendSignal:
 
     def _wake(self) -> None:
         self._scheduled = False
-        self.version += 1
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():
@@ -78,11 +80,13 @@ class AppendSignal:
 
     async def wait_past(self, version: int, timeout_s: float) -> None:
         """Return once an append came after ``version`` was read, or after ``timeout_s``."""
-        if self.version != version:
-            return
         waiter = asyncio.get_running_loop().create_future()
+        # Waiting before the version is looked at: an append between the two either is seen
+        # here or finds the waiter to wake.
         self._waiters.add(waiter)
         try:
+            if self.version != version:
+                return
             await asyncio.wait({waiter}, timeout=timeout_s)
         finally:
             self._waiters.discard(waiter)
