@@ -138,6 +138,8 @@ class Settings(BaseSettings):
     transaction_timeout_s: float = Field(6.0, gt=0)
     transaction_check_interval_s: float = Field(60.0, gt=0)
     transaction_check_max: int = Field(15, ge=0)
+    # Most transactions open at once on this broker: a begin past it is refused (429, 42901).
+    max_open_transactions: int = Field(100_000, ge=1)
 
     # HTTP API and long polling (SPEC 4).
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)

@@ -75,6 +75,7 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED_MEDIA_TYPE = 41501
     MISDIRECTED = 42101
     VALIDATION_FAILED = 42201
+    TOO_MANY_OPEN_TRANSACTIONS = 42901
     HEADERS_TOO_LARGE = 43101
     INTERNAL_ERROR = 50001
     NOT_READY = 50301
@@ -194,6 +195,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "slave, which takes no writes (`brokers` names its master when it knows it)."
     ),
     ErrorCode.VALIDATION_FAILED: "A field has the wrong type or is missing.",
+    ErrorCode.TOO_MANY_OPEN_TRANSACTIONS: (
+        "As many transactions are open as WHARF_MAX_OPEN_TRANSACTIONS allows; nothing was stored. "
+        "Commit or roll back open ones, then begin again."
+    ),
     ErrorCode.HEADERS_TOO_LARGE: (
         "The request's headers are over WHARF_MAX_HEADER_BYTES (or, for a WebSocket handshake, a header "
         "line is over 8,192 bytes or there are more than 128); the connection is closed."
@@ -283,6 +288,7 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.QueueNotLockedError: ErrorCode.QUEUE_NOT_LOCKED,
     broker_errors.TransactionNotFoundError: ErrorCode.TRANSACTION_NOT_FOUND,
     broker_errors.TransactionEndedError: ErrorCode.TRANSACTION_ENDED,
+    broker_errors.TooManyOpenTransactionsError: ErrorCode.TOO_MANY_OPEN_TRANSACTIONS,
 }
 
 

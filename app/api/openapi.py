@@ -118,6 +118,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         409: "The topic's permission forbids producing (40902)",
         413: "A message (41301), its properties (41302) or the request (41303) is too large",
         421: None,
+        429: "A transaction begin would pass WHARF_MAX_OPEN_TRANSACTIONS (42901): nothing was stored",
         507: None,
     },
     "pullMessages": {

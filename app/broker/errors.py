@@ -169,6 +169,10 @@ class TransactionNotFoundError(BrokerError):
     """A transaction id names no transaction stored on this broker."""
 
 
+class TooManyOpenTransactionsError(BrokerError):
+    """A begin would pass the cap on open transactions (WHARF_MAX_OPEN_TRANSACTIONS): nothing was stored."""
+
+
 class TransactionEndedError(BrokerError):
     """The transaction was committed or rolled back already (``state``, when it is known)."""
 

@@ -30,6 +30,7 @@ from app.broker.delay import DelayedDelivery, is_delayed
 from app.broker.durable import append_all_durably
 from app.broker.errors import (
     InvalidParameterError,
+    TooManyOpenTransactionsError,
     TopicNotWritableError,
     TransactionEndedError,
     TransactionNotFoundError,
@@ -181,6 +182,12 @@ class Transactions:
             fresh.append((len(answers), unique_id, supplied))
             answers.append({})
         if halves:
+            cap = broker.settings.max_open_transactions
+            if len(self.table.open) + len(halves) > cap:
+                raise TooManyOpenTransactionsError(
+                    f"{len(self.table.open)} transactions are open and {len(halves)} more would pass "
+                    f"WHARF_MAX_OPEN_TRANSACTIONS ({cap}); commit or roll back some first"
+                )
             appended = self.store.append(halves)
             self._last_appended = appended[-1]
             for half, (index, unique_id, supplied), result in zip(halves, fresh, appended, strict=True):

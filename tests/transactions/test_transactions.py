@@ -5,12 +5,14 @@ once (a second end is 409). The system topics are nobody's to produce to, read o
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import httpx
 import pytest
 
 from app.api.errors import ErrorCode
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
+from tests.api.server import BrokerProcess
 from tests.api.test_errors import assert_error
 from tests.transactions.transacting import begin, commit, pending, queue_messages, rollback, topic_messages
 
@@ -204,3 +206,24 @@ def test_the_pending_list_waits_for_the_first_check(client: httpx.Client, topic:
         ErrorCode.INVALID_PARAMETER,
     )
     assert commit(client, begun["transaction_id"]).status_code == 200
+
+
+def test_a_begin_past_the_open_transaction_cap_is_429_and_stores_nothing(tmp_path: Path) -> None:
+    process = BrokerProcess(tmp_path / "store", max_open_transactions=3).start()
+    try:
+        with httpx.Client(base_url=process.url, timeout=30) as small:
+            assert small.post("/v1/topics", json={"name": "capped", "queues": 1}).status_code == 201
+            first = begin(small, "capped", "cappers", {"body": "a"}, {"body": "b"})
+            too_many = small.post(
+                "/v1/topics/capped/messages",
+                params={"transaction": "begin", "producer_group": "cappers"},
+                json={"messages": [{"body": "c"}, {"body": "d"}]},
+            )
+            assert_error(too_many, ErrorCode.TOO_MANY_OPEN_TRANSACTIONS)
+            assert small.get("/v1/producers/cappers").json()["open_transactions"] == 2
+            begin(small, "capped", "cappers", {"body": "c"})  # one more fits
+            assert commit(small, first[0]["transaction_id"]).status_code == 200
+            begin(small, "capped", "cappers", {"body": "d"})  # an end makes room
+            assert small.get("/v1/producers/cappers").json()["open_transactions"] == 3
+    finally:
+        process.stop()
