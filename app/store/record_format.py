@@ -57,6 +57,7 @@ POS_PHYSICALOFFSET = 28
 POS_SYSFLAG = 36
 POS_STORETIMESTAMP = 56
 POS_STOREHOST = 64
+POS_RECONSUMETIMES = 72
 POS_BODY = 88
 
 # Patched under the lock: queue offset and physical offset (adjacent), then the store timestamp.

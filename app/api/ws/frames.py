@@ -1,10 +1,17 @@
-"""Encoding the subscriber's ``messages`` frames within the socket's byte room."""
+"""Encoding the subscriber's ``messages`` frames within the socket's byte room: JSON text frames,
+or with ``format=binary`` the stored CommitLog records themselves (as a pull with
+``Accept: application/vnd.wharf.records`` answers), concatenated in one binary frame."""
 
 from __future__ import annotations
+
+import struct
 
 import orjson
 
 from app.codec import as_consumed, record_to_json
+from app.store.record_format import POS_RECONSUMETIMES
+
+_RECONSUME_TIMES = struct.Struct(">i")
 
 
 def messages_frame(topic: str, queue_id: int, records: list[memoryview], room: int) -> tuple[bytes, int]:
@@ -20,3 +27,25 @@ def messages_frame(topic: str, queue_id: int, records: list[memoryview], room: i
         parts.append(part)
         size += len(part) + 1
     return head + b",".join(parts) + b"]}", len(parts)
+
+
+def records_frame(records: list[memoryview], room: int) -> tuple[bytes, int]:
+    """A binary ``messages`` frame: the first records that fit ``room`` bytes (at least one),
+    concatenated as they are stored, and how many it holds."""
+    size = 0
+    count = 0
+    for record in records:
+        if count and size + len(record) > room:
+            break
+        size += len(record)
+        count += 1
+    return b"".join(records[:count]), count
+
+
+def redelivered_record(record: memoryview, nacks: int) -> bytes:
+    """A copy of a stored record whose RECONSUMETIMES counts ``nacks`` more deliveries (the field
+    lies outside the body CRC, so the record stays valid)."""
+    copy = bytearray(record)
+    (times,) = _RECONSUME_TIMES.unpack_from(copy, POS_RECONSUMETIMES)
+    _RECONSUME_TIMES.pack_into(copy, POS_RECONSUMETIMES, times + nacks)
+    return bytes(copy)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.api.errors import ApiError, ErrorCode
+from app.api.ws.protocol import wants_binary
 from app.broker import Broker, parse_start
 from app.broker.filters import FilterExpression, filter_of
 from app.store import MessageFilter
@@ -27,6 +28,7 @@ class SubscribeParams:
     credit: int
     read_queues: int
     expression: FilterExpression = FilterExpression.tags()  # the filter as given
+    binary: bool = False  # format=binary: messages frames carry the stored records
 
 
 def _integer(name: str, raw: str) -> int:
@@ -70,7 +72,16 @@ async def parse_subscribe(query: Mapping[str, str], broker: Broker) -> Subscribe
     if credit > limit:
         raise ApiError(ErrorCode.INVALID_PARAMETER, f"credit is {credit}, the limit is {limit}")
     return SubscribeParams(
-        topic, group, message_filter, policy, timestamp_ms, queues, credit, config.read_queue_nums, expression
+        topic,
+        group,
+        message_filter,
+        policy,
+        timestamp_ms,
+        queues,
+        credit,
+        config.read_queue_nums,
+        expression,
+        wants_binary(query),
     )
 
 

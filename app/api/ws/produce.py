@@ -9,6 +9,10 @@ stops reading the socket until they are answered, so a fast producer meets TCP b
 than a growing buffer. A frame is at most ``ws_produce_max_frame_bytes`` (else close 1009), and a
 ``results`` frame the client does not take within ``ws_send_timeout_s`` closes the socket (1013).
 At shutdown the broker reads no more frames, stores and answers those it took in, and closes (1001).
+
+With ``format=binary`` a binary frame is a whole batch in the ``application/vnd.wharf.batch`` format
+(text frames still hold one JSON message each): its messages join the pipeline like frames, and
+their results are tagged with the frame's number and the message's index instead of an ``id``.
 """
 
 from __future__ import annotations
@@ -23,16 +27,20 @@ from app.api.errors import ApiError, ErrorCode, code_for, from_broker
 from app.api.messages import describe_validation_error, incoming_from_model
 from app.api.schemas import MessageIn
 from app.api.ws.going_away import websocket_sessions
-from app.api.ws.protocol import GOING_AWAY, WsClose, receive_frame, serve
+from app.api.ws.protocol import GOING_AWAY, WsClose, parse_frame, receive_raw, serve, wants_binary
 from app.api.ws.sender import FrameSender
 from app.broker import Broker, BrokerError
-from app.codec import IncomingMessage
+from app.codec import BatchFormatError, IncomingMessage, parse_batch
 from app.store.errors import StoreError
 from app.store.filter import FilterExpressionError
 
 router = APIRouter()
 
-Entry = tuple[Any, IncomingMessage | ApiError]  # (client id, the message or why it was refused)
+# (what the result is tagged with, the message or why it was refused). The tag is the client's
+# ``id`` for a JSON frame; for a message of a binary batch frame, ``frame`` (the frame's number on
+# the socket, from 0) and ``index`` (its place in the batch); ``frame`` alone for a batch that does
+# not parse.
+Entry = tuple[dict[str, Any], IncomingMessage | ApiError]
 
 
 def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
@@ -46,21 +54,34 @@ def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
         return exc
 
 
-def error_result(client_id: Any, error: Exception) -> dict[str, Any]:
+def parse_batch_frame(data: bytes, number: int) -> list[Entry]:
+    """The entries of a binary frame: a batch in the ``application/vnd.wharf.batch`` format."""
+    try:
+        batch = parse_batch(data)
+    except BatchFormatError as exc:
+        return [({"frame": number}, ApiError(ErrorCode.MALFORMED_BATCH, str(exc)))]
+    if not batch:
+        return [({"frame": number}, ApiError(ErrorCode.MALFORMED_BODY, "the batch holds no message"))]
+    return [({"frame": number, "index": index}, message) for index, message in enumerate(batch)]
+
+
+def error_result(tag: dict[str, Any], error: Exception) -> dict[str, Any]:
     if isinstance(error, BrokerError):
         error = from_broker(error)
     if isinstance(error, ApiError):
         code, message = error.code, error.message
     else:
         code, message = code_for(error), str(error)
-    return {"id": client_id, "error_code": int(code), "message": message}
+    return {**tag, "error_code": int(code), "message": message}
 
 
 class ProduceSession:
-    def __init__(self, websocket: WebSocket, broker: Broker, topic: str) -> None:
+    def __init__(self, websocket: WebSocket, broker: Broker, topic: str, binary: bool = False) -> None:
         self.websocket = websocket
         self.broker = broker
         self.topic = topic
+        self.binary = binary  # binary frames hold batches (format=binary)
+        self.binary_frames = 0
         settings = broker.settings
         self.sender = FrameSender(websocket, settings.ws_max_queued_bytes, settings.ws_send_timeout_s)
         self.max_pending = settings.ws_produce_max_pending
@@ -103,15 +124,22 @@ class ProduceSession:
     async def _receive_loop(self) -> None:
         while True:
             await self._room.wait()
-            received = await receive_frame(self.websocket, self.max_frame_bytes)
+            received = await receive_raw(self.websocket, self.max_frame_bytes)
             if received is None:
                 return
-            frame, size = received
-            self.waiting.append((frame.get("id"), parse_message(frame)))
+            data, size = received
+            if self.binary and isinstance(data, bytes):
+                entries = parse_batch_frame(data, self.binary_frames)
+                self.binary_frames += 1
+            else:
+                frame = parse_frame(data)
+                entries = [({"id": frame.get("id")}, parse_message(frame))]
+            self.waiting.extend(entries)
             self._answered.clear()
-            self.pending += 1
+            self.pending += len(entries)
             self.pending_bytes += size
-            self._sizes.append(size)
+            # A frame's bytes are released with its last message.
+            self._sizes.extend([0] * (len(entries) - 1) + [size])
             if self.pending >= self.max_pending or self.pending_bytes >= self.max_pending_bytes:
                 self._room.clear()
             self._arrived.set()
@@ -132,29 +160,29 @@ class ProduceSession:
 
     async def _store(self, batch: list[Entry]) -> list[dict[str, Any]]:
         """Results in frame order; one append for every valid message of the batch."""
-        valid = [(client_id, item) for client_id, item in batch if isinstance(item, IncomingMessage)]
+        valid = [(tag, item) for tag, item in batch if isinstance(item, IncomingMessage)]
         stored: dict[int, dict[str, Any]] = {}
         if not valid:
-            return [error_result(client_id, item) for client_id, item in batch if isinstance(item, ApiError)]
+            return [error_result(tag, item) for tag, item in batch if isinstance(item, ApiError)]
         try:
             answers = await self.broker.produce(self.topic, [item for _, item in valid])
-            for (client_id, item), answer in zip(valid, answers, strict=True):
-                stored[id(item)] = {"id": client_id, **answer}
+            for (tag, item), answer in zip(valid, answers, strict=True):
+                stored[id(item)] = {**tag, **answer}
         except (ApiError, BrokerError, StoreError, FilterExpressionError) as batch_error:
             if len(valid) == 1:
-                client_id, item = valid[0]
-                stored[id(item)] = error_result(client_id, batch_error)
+                tag, item = valid[0]
+                stored[id(item)] = error_result(tag, batch_error)
             else:
                 # One bad message refuses the whole append: store the others one by one.
-                for client_id, item in valid:
+                for tag, item in valid:
                     try:
                         (answer,) = await self.broker.produce(self.topic, [item])
-                        stored[id(item)] = {"id": client_id, **answer}
+                        stored[id(item)] = {**tag, **answer}
                     except (ApiError, BrokerError, StoreError, FilterExpressionError) as error:
-                        stored[id(item)] = error_result(client_id, error)
+                        stored[id(item)] = error_result(tag, error)
         return [
-            stored[id(item)] if isinstance(item, IncomingMessage) else error_result(client_id, item)
-            for client_id, item in batch
+            stored[id(item)] if isinstance(item, IncomingMessage) else error_result(tag, item)
+            for tag, item in batch
         ]
 
 
@@ -166,7 +194,8 @@ async def produce(websocket: WebSocket) -> None:
         topic = websocket.query_params.get("topic")
         if not topic:
             raise ApiError(ErrorCode.BAD_REQUEST, "the topic parameter is required")
+        binary = wants_binary(websocket.query_params)
         await broker.topic_for_write(topic)
-        await ProduceSession(websocket, broker, topic).run()
+        await ProduceSession(websocket, broker, topic, binary).run()
 
     await serve(websocket, handle)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -56,6 +56,7 @@ INTERNAL = 4500
 BOUND_CLOSES = (POLICY_VIOLATION, MESSAGE_TOO_BIG, TRY_AGAIN_LATER)
 
 DEFAULT_CLOSE_TIMEOUT_S = 10.0  # before the settings are known (the broker is starting)
+FORMATS = ("json", "binary")  # the ``format`` parameter of both sockets
 MAX_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes, 2 of them the code
 
 
@@ -124,6 +125,16 @@ async def receive_frame(websocket: WebSocket, max_frame_bytes: int) -> tuple[dic
     A frame over ``max_frame_bytes`` closes the socket with 1009 before it is parsed. Text and
     binary frames are read alike: a binary frame must hold the same JSON.
     """
+    received = await receive_raw(websocket, max_frame_bytes)
+    if received is None:
+        return None
+    data, size = received
+    return parse_frame(data), size
+
+
+async def receive_raw(websocket: WebSocket, max_frame_bytes: int) -> tuple[str | bytes, int] | None:
+    """The next client frame as it came (text or bytes) and its size in bytes, or None once the
+    client has gone; a frame over ``max_frame_bytes`` closes the socket with 1009."""
     message = await websocket.receive()
     if message["type"] == "websocket.disconnect":
         return None
@@ -137,7 +148,15 @@ async def receive_frame(websocket: WebSocket, max_frame_bytes: int) -> tuple[dic
             f"{int(ErrorCode.WS_FRAME_TOO_LARGE)} a frame of {size} bytes is over the limit of "
             f"{max_frame_bytes} bytes",
         )
-    return parse_frame(data), size
+    return data, size
+
+
+def wants_binary(query: Mapping[str, str]) -> bool:
+    """Whether the client asked for binary frames (``format=binary``); ApiError for an unknown format."""
+    wanted = query.get("format", "json")
+    if wanted not in FORMATS:
+        raise ApiError(ErrorCode.INVALID_PARAMETER, f"format must be json or binary, not {wanted[:50]!r}")
+    return wanted == "binary"
 
 
 def broker_of(websocket: WebSocket) -> Broker:

@@ -30,7 +30,7 @@ ABNORMAL = 1006  # RFC 6455: the connection ended without a close frame
 
 
 class FrameSender:
-    """Serialised JSON sends with a count of the bytes waiting for the socket."""
+    """Serialised sends (JSON text frames, or binary ones) with a count of the bytes waiting for the socket."""
 
     def __init__(
         self,
@@ -55,14 +55,23 @@ class FrameSender:
 
     async def send_encoded(self, data: bytes) -> None:
         """Send one JSON text frame, already encoded; its bytes count until it is handed over."""
+        await self._send(data, text=True)
+
+    async def send_binary(self, data: bytes) -> None:
+        """Send one binary frame; its bytes count until it is handed over."""
+        await self._send(data, text=False)
+
+    async def _send(self, data: bytes, text: bool) -> None:
         size = len(data)
         self.queued_bytes += size
         try:
-            text = data.decode()
             async with self._lock:
                 try:
                     async with asyncio.timeout(self.send_timeout_s):
-                        await self.websocket.send_text(text)
+                        if text:
+                            await self.websocket.send_text(data.decode())
+                        else:
+                            await self.websocket.send_bytes(data)
                 except RuntimeError:
                     # The server closed the connection itself (a protocol error of the client, a
                     # keepalive timeout) and refuses further sends: the client is gone.

@@ -14,7 +14,8 @@ with 1008. Either way its unacknowledged messages were never committed: the grou
 subscriber reads them again.
 
 Frames from the client: ``permit`` (grant credit), ``ack`` / ``nack`` (with a group) and
-``status``. Frames from the broker: ``assignment``, ``messages``, ``committed`` and ``status``.
+``status``. Frames from the broker: ``assignment``, ``messages``, ``committed`` and ``status``;
+with ``format=binary`` a ``messages`` frame is a binary frame of the stored records instead.
 The README's "WebSocket" section is the reference.
 """
 
@@ -28,7 +29,7 @@ from fastapi import APIRouter, WebSocket
 
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
-from app.api.ws.frames import messages_frame
+from app.api.ws.frames import messages_frame, records_frame, redelivered_record
 from app.api.ws.going_away import websocket_sessions
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
@@ -362,7 +363,10 @@ class Subscription:
             if result.status is GetMessageStatus.FOUND:
                 # Everything from the read to the send happens without a pause, so two readers
                 # cannot both spend the same credit or the same byte room.
-                frame, sent = messages_frame(topic, queue_id, result.records, self.sender.room_bytes())
+                if self.params.binary:
+                    frame, sent = records_frame(result.records, self.sender.room_bytes())
+                else:
+                    frame, sent = messages_frame(topic, queue_id, result.records, self.sender.room_bytes())
                 offsets = result.queue_offsets[:sent]
                 cursor.offset = (
                     result.next_offset if sent == len(result.records) else result.queue_offsets[sent]
@@ -372,7 +376,7 @@ class Subscription:
                 if self.max_unacked is not None:
                     cursor.delivered(offsets)
                     self.unacked += sent
-                await self.sender.send_encoded(frame)
+                await (self.sender.send_binary if self.params.binary else self.sender.send_encoded)(frame)
             elif result.status not in _WAIT_STATUSES:
                 # Past non-matching messages, or back within the queue's range.
                 cursor.offset = result.next_offset
@@ -389,10 +393,14 @@ class Subscription:
             self.unacked -= 1
             self._notify()
             return
-        message = record_to_json(result.records[0])
-        message["reconsume_times"] += cursor.nacks.get(offset, 0)
+        nacks = cursor.nacks.get(offset, 0)
         self.credit -= 1
         self.broker.metrics.count_consumed(self.params.topic, self.params.group, 1)
+        if self.params.binary:
+            await self.sender.send_binary(redelivered_record(result.records[0], nacks))
+            return
+        message = record_to_json(result.records[0])
+        message["reconsume_times"] += nacks
         await self.sender.send(
             {
                 "type": "messages",
