@@ -15,6 +15,10 @@ are 128 bytes.
   messages/s summed over all of them.
 * ``produce``: one WebSocket producer sending frames without waiting, at most ``window`` unanswered;
   acknowledged messages/s. Baseline: one HTTP POST per message over a kept-alive connection.
+
+``push`` and ``produce`` also run with ``format=binary``: the subscriber takes frames of stored
+records (cut apart, not decoded: as the binary HTTP pull is measured), the producer sends binary
+batches of 100 messages.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import httpx
 import orjson
 from websockets.asyncio.client import connect
 
+from app.codec import IncomingMessage, encode_batch, split_records
 from bench import harness
 from bench.harness import Result, Stopwatch
 from tests.api.server import BrokerProcess
 
 SECTIONS = ("push", "fanout", "produce")
 BODY = "x" * 128
+BINARY_BATCH = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +67,26 @@ def fill(client: httpx.Client, topic: str, count: int, queues: int = 4) -> None:
         client.post(f"/v1/topics/{topic}/messages", json={"messages": batch}).raise_for_status()
 
 
-async def drain(base: str, topic: str, count: int, window: int) -> float:
+async def drain(base: str, topic: str, count: int, window: int, binary: bool = False) -> float:
     """Read ``count`` messages from the start of ``topic``; seconds from the first to the last."""
     url = f"{base}/v1/ws/subscribe?topic={topic}&from=first&credit={window}"
+    if binary:
+        url += "&format=binary"
     received = 0
     owed = 0
     started = 0.0
     async with connect(url, max_size=None) as socket:
         while received < count:
-            frame = orjson.loads(await socket.recv())
-            if frame["type"] != "messages":
-                continue
+            data = await socket.recv()
+            if isinstance(data, bytes):
+                got = len(split_records(data))
+            else:
+                frame = orjson.loads(data)
+                if frame["type"] != "messages":
+                    continue
+                got = len(frame["messages"])
             if not received:
                 started = time.perf_counter()
-            got = len(frame["messages"])
             received += got
             owed += got
             if owed >= window // 2:
@@ -101,8 +113,11 @@ def http_drain(url: str, topic: str, count: int, queues: int = 4) -> float:
     return watch.seconds
 
 
-async def ws_produce(base: str, topic: str, count: int, window: int) -> float:
-    url = f"{base}/v1/ws/produce?topic={topic}"
+async def ws_produce(base: str, topic: str, count: int, window: int, batch: int = 0) -> float:
+    """Produce ``count`` messages with at most ``window`` unanswered: one JSON frame each, or with
+    ``batch`` binary frames (``format=binary``) of that many messages."""
+    url = f"{base}/v1/ws/produce?topic={topic}" + ("&format=binary" if batch else "")
+    frame = encode_batch([IncomingMessage(BODY.encode())] * batch) if batch else b""
     async with connect(url, max_size=None) as socket:
         room = asyncio.Semaphore(window)
         answered = 0
@@ -118,9 +133,15 @@ async def ws_produce(base: str, topic: str, count: int, window: int) -> float:
 
         started = time.perf_counter()
         reader = asyncio.ensure_future(read_results())
-        for number in range(count):
-            await room.acquire()
-            await socket.send(orjson.dumps({"id": number, "body": BODY}).decode())
+        if batch:
+            for _ in range(count // batch):
+                for _ in range(batch):
+                    await room.acquire()
+                await socket.send(frame)
+        else:
+            for number in range(count):
+                await room.acquire()
+                await socket.send(orjson.dumps({"id": number, "body": BODY}).decode())
         await reader
         return time.perf_counter() - started
 
@@ -148,16 +169,23 @@ class Bench:
         plan = self.plan
         topic = self.topic("push")
         fill(self.client, topic, plan.push_messages)
-        ws_rates, http_rates = [], []
+        ws_rates, binary_rates, http_rates = [], [], []
         for _ in range(plan.repeats):
             seconds = asyncio.run(drain(self.base, topic, plan.push_messages, plan.credit_window))
             ws_rates.append(plan.push_messages / seconds)
+            seconds = asyncio.run(drain(self.base, topic, plan.push_messages, plan.credit_window, True))
+            binary_rates.append(plan.push_messages / seconds)
             http_rates.append(plan.push_messages / http_drain(self.url, topic, plan.push_messages))
         baseline = Result("HTTP pull, 32 per request", "msgs/s", http_rates, alias="http-pull")
         note = f"{plan.push_messages:,} stored messages, credit window {plan.credit_window}"
+        json_push = Result("WebSocket push, 1 subscriber", "msgs/s", ws_rates, note=note, alias="ws-json")
+        binary_note = "format=binary; ratio against the JSON push"
         return [
             baseline,
-            Result("WebSocket push, 1 subscriber", "msgs/s", ws_rates, note=note).against(baseline),
+            json_push.against(baseline),
+            Result("WebSocket push, binary records", "msgs/s", binary_rates, note=binary_note).against(
+                json_push
+            ),
         ]
 
     def fanout(self) -> list[Result]:
@@ -188,7 +216,7 @@ class Bench:
 
     def produce(self) -> list[Result]:
         plan = self.plan
-        http_rates, ws_rates = [], []
+        http_rates, ws_rates, binary_rates = [], [], []
         for _ in range(plan.repeats):
             topic = self.topic("produce-http")
             http_rates.append(
@@ -197,11 +225,24 @@ class Bench:
             topic = self.topic("produce-ws")
             seconds = asyncio.run(ws_produce(self.base, topic, plan.produce_messages, plan.produce_window))
             ws_rates.append(plan.produce_messages / seconds)
+            topic = self.topic("produce-ws-binary")
+            seconds = asyncio.run(
+                ws_produce(self.base, topic, plan.produce_messages, plan.produce_window, BINARY_BATCH)
+            )
+            binary_rates.append(plan.produce_messages / seconds)
         baseline = Result("HTTP POST, 1 message per request", "msgs/s", http_rates, alias="http-post")
         note = f"at most {plan.produce_window} unanswered frames, 1 message per frame"
+        json_produce = Result("WebSocket produce, pipelined", "msgs/s", ws_rates, note=note, alias="ws-json")
+        binary_note = (
+            f"format=binary, {BINARY_BATCH} per frame, at most {plan.produce_window} messages unanswered; "
+            "ratio against the JSON frames"
+        )
         return [
             baseline,
-            Result("WebSocket produce, pipelined", "msgs/s", ws_rates, note=note).against(baseline),
+            json_produce.against(baseline),
+            Result("WebSocket produce, binary batches", "msgs/s", binary_rates, note=binary_note).against(
+                json_produce
+            ),
         ]
 
 
