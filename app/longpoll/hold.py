@@ -68,6 +68,7 @@ class PullHoldService:
         self.max_offset = max_offset
         self.check_interval_s = check_interval_s
         self._held: dict[QueueKey, set[HeldPull]] = {}
+        self.woken = 0  # pulls answered by an arrival, ever: a producer looks whether it woke any
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._checker: asyncio.Task[None] | None = None
@@ -146,8 +147,8 @@ class PullHoldService:
         if not pulls:
             return
         for held in list(pulls):
-            if held.wants(next_offset, tags_code):
-                held.answer(HoldOutcome.ARRIVED)
+            if held.wants(next_offset, tags_code) and held.answer(HoldOutcome.ARRIVED):
+                self.woken += 1
 
     def check_all(self) -> int:
         """Answer every held pull whose queue moved past its offset; returns how many."""
