@@ -6,23 +6,21 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
-from pydantic import ValidationError
 from starlette.datastructures import QueryParams
 from starlette.responses import Response
 from starlette.routing import Route
 
+from app.api import wire
 from app.api.edge import media_type_of
 from app.api.errors import ApiError, ErrorCode
-from app.api.schemas import MessageIn, ProduceRequest, ProduceResponse, PullResponse
+from app.api.schemas import ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
 from app.broker.filters import filter_of
 from app.codec import (
     BATCH_MEDIA_TYPE,
     RECORDS_MEDIA_TYPE,
     BatchFormatError,
-    BodyEncodingError,
     IncomingMessage,
-    decode_body,
     parse_batch,
     record_to_json,
 )
@@ -100,34 +98,6 @@ def _media_type(request: Request) -> str:
     return media_type
 
 
-def incoming_from_model(item: MessageIn) -> IncomingMessage:
-    try:
-        body = decode_body(item.body, item.encoding)
-    except BodyEncodingError as exc:
-        raise ApiError(ErrorCode.INVALID_BODY_ENCODING, str(exc)) from None
-    keys = item.keys
-    return IncomingMessage(
-        body=body,
-        tags=item.tags or "",
-        keys=(keys.split() if isinstance(keys, str) else list(keys)) if keys else [],
-        properties=item.properties or {},
-        queue_id=item.queue_id,
-        sharding_key=item.sharding_key,
-        unique_id=item.unique_id,
-        delay_level=item.delay_level,
-        delay_ms=item.delay_ms,
-        deliver_at_ms=item.deliver_at_ms,
-    )
-
-
-def describe_validation_error(exc: ValidationError, where: str = "") -> str:
-    parts = []
-    for error in exc.errors()[:5]:
-        location = ".".join(str(part) for part in error["loc"])
-        parts.append(f"{where}{location}: {error['msg']}" if location else f"{where}{error['msg']}")
-    return "; ".join(parts)
-
-
 def _parse_json(raw: bytes) -> list[IncomingMessage]:
     try:
         document = orjson.loads(raw)
@@ -137,12 +107,7 @@ def _parse_json(raw: bytes) -> list[IncomingMessage]:
         raise ApiError(
             ErrorCode.MALFORMED_BODY, 'body must be a JSON object: {"messages": [...]} or one message'
         )
-    try:
-        if "messages" in document:
-            return [incoming_from_model(item) for item in ProduceRequest.model_validate(document).messages]
-        return [incoming_from_model(MessageIn.model_validate(document))]
-    except ValidationError as exc:
-        raise ApiError(ErrorCode.VALIDATION_FAILED, describe_validation_error(exc)) from None
+    return wire.messages_of(document)
 
 
 def _parse_ndjson(raw: bytes) -> list[IncomingMessage]:
@@ -150,14 +115,7 @@ def _parse_ndjson(raw: bytes) -> list[IncomingMessage]:
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            messages.append(incoming_from_model(MessageIn.model_validate_json(line)))
-        except ValidationError as exc:
-            if any(error["type"] == "json_invalid" for error in exc.errors()):
-                raise ApiError(ErrorCode.MALFORMED_BODY, f"line {number} is not valid JSON") from None
-            raise ApiError(
-                ErrorCode.VALIDATION_FAILED, describe_validation_error(exc, f"line {number}: ")
-            ) from None
+        messages.append(wire.ndjson_line(line, number))
     if not messages:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the NDJSON body holds no message")
     return messages

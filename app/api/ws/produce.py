@@ -21,11 +21,9 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
-from pydantic import ValidationError
 
+from app.api import wire
 from app.api.errors import ApiError, ErrorCode, code_for, from_broker
-from app.api.messages import describe_validation_error, incoming_from_model
-from app.api.schemas import MessageIn
 from app.api.ws.going_away import websocket_sessions
 from app.api.ws.protocol import GOING_AWAY, WsClose, parse_frame, receive_raw, serve, wants_binary
 from app.api.ws.sender import FrameSender
@@ -47,9 +45,7 @@ def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
     """A produce frame's message: the HTTP API's message object, with ``id`` and ``type`` aside."""
     fields = {name: value for name, value in frame.items() if name not in ("id", "type")}
     try:
-        return incoming_from_model(MessageIn.model_validate(fields))
-    except ValidationError as exc:
-        return ApiError(ErrorCode.VALIDATION_FAILED, describe_validation_error(exc))
+        return wire.message_of(fields)
     except ApiError as exc:
         return exc
 

@@ -1,0 +1,161 @@
+"""The msgspec structs that decode produced messages check what the OpenAPI document's pydantic
+models declare: the same fields, required the same way, with the same types and limits, and bad
+input is refused with the field named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from app.api.errors import ApiError, ErrorCode
+from app.api.schemas import MessageIn, ProduceRequest
+from app.api.wire import WireBatch, WireMessage, message_of, messages_of, ndjson_line
+
+LIMITS = ("maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "maxItems", "minItems")
+
+
+def _shape(schema: dict[str, Any], definitions: dict[str, Any]) -> Any:
+    """A JSON schema reduced to what validation depends on: types, enums and limits."""
+    if "$ref" in schema:
+        return _shape(definitions[schema["$ref"].rsplit("/", 1)[-1]], definitions)
+    if "anyOf" in schema:
+        return sorted((_shape(part, definitions) for part in schema["anyOf"]), key=repr)
+    shape: dict[str, Any] = {name: schema[name] for name in LIMITS if name in schema}
+    if "enum" in schema or "const" in schema:
+        shape["enum"] = sorted(schema.get("enum", [schema.get("const")]))
+    else:  # an enum's values say its type; one generator names it too, the other does not
+        shape["type"] = schema.get("type")
+    if schema.get("type") == "array":
+        shape["items"] = _shape(schema["items"], definitions)
+    if schema.get("type") == "object":
+        if "properties" in schema:
+            shape["properties"] = {
+                name: _shape(part, definitions) for name, part in sorted(schema["properties"].items())
+            }
+            shape["required"] = sorted(schema.get("required", []))
+        if isinstance(schema.get("additionalProperties"), dict):
+            shape["values"] = _shape(schema["additionalProperties"], definitions)
+    return shape
+
+
+def _pydantic(model: type) -> Any:
+    schema = model.model_json_schema(mode="validation")  # type: ignore[attr-defined]
+    # Documented ranges that the broker checks itself (a 400 naming the limit) are not validation.
+    for name in ("delay_level", "delay_ms", "deliver_at_ms"):
+        for where in (
+            schema.get("properties", {}),
+            schema.get("$defs", {}).get("MessageIn", {}).get("properties", {}),
+        ):
+            if name in where:
+                for part in where[name].get("anyOf", []):
+                    part.pop("minimum", None)
+                    part.pop("maximum", None)
+    return _shape(schema, schema.get("$defs", {}))
+
+
+def _msgspec(struct: type) -> Any:
+    (schema,), components = msgspec.json.schema_components([struct])
+    return _shape(schema, components)
+
+
+@pytest.mark.parametrize(("struct", "model"), [(WireMessage, MessageIn), (WireBatch, ProduceRequest)])
+def test_the_struct_checks_what_the_document_declares(struct: type, model: type) -> None:
+    assert _msgspec(struct) == _pydantic(model)
+
+
+def _refused_by_pydantic(document: dict[str, Any]) -> bool:
+    try:
+        MessageIn.model_validate(document, strict=True)
+    except ValidationError:
+        return True
+    return False
+
+
+def _refused_by_struct(document: dict[str, Any]) -> bool:
+    try:
+        message_of(document)
+    except ApiError as error:
+        return error.code is ErrorCode.VALIDATION_FAILED
+    return False
+
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=3),
+    st.text(max_size=3),
+    st.lists(st.text(max_size=2), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.one_of(st.text(max_size=2), st.integers()), max_size=2),
+)
+fields = st.sampled_from([*MessageIn.model_fields, "bdy", "id2"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(fields, values, max_size=5))
+def test_the_struct_refuses_what_the_model_refuses(document: dict[str, Any]) -> None:
+    document.setdefault("body", "x")
+    if document.get("encoding") == "base64":
+        document["body"] = "eA=="
+    assert _refused_by_struct(document) == _refused_by_pydantic(document), document
+
+
+def test_a_refusal_names_the_field() -> None:
+    with pytest.raises(ApiError) as unknown:
+        messages_of({"messages": [{"body": "a"}, {"bdy": "typo"}]})
+    assert unknown.value.code is ErrorCode.VALIDATION_FAILED
+    assert unknown.value.message == "messages[1]: Object contains unknown field `bdy`"
+    with pytest.raises(ApiError) as wrong:
+        messages_of({"body": 5})
+    assert wrong.value.message == "body: Expected `str`, got `int`"
+    with pytest.raises(ApiError) as empty:
+        messages_of({"messages": []})
+    assert empty.value.message == "messages: Expected `array` of length >= 1"
+    with pytest.raises(ApiError) as line:
+        ndjson_line(b'{"body": "x", "queue_id": -1}', 3)
+    assert line.value.message == "line 3: queue_id: Expected `int` >= 0"
+    with pytest.raises(ApiError) as broken:
+        ndjson_line(b'{"body": ', 4)
+    assert (broken.value.code, broken.value.message) == (ErrorCode.MALFORMED_BODY, "line 4 is not valid JSON")
+    with pytest.raises(ApiError) as not_utf8:
+        ndjson_line(b'{"body": "\xff"}', 5)
+    assert (not_utf8.value.code, not_utf8.value.message) == (
+        ErrorCode.MALFORMED_BODY,
+        "line 5 is not valid JSON",
+    )
+    with pytest.raises(ApiError) as base64:
+        message_of({"body": "%%%", "encoding": "base64"})
+    assert base64.value.code is ErrorCode.INVALID_BODY_ENCODING
+
+
+def test_a_message_keeps_every_field() -> None:
+    (message,) = messages_of(
+        {
+            "body": "aGk=",
+            "encoding": "base64",
+            "tags": "T",
+            "keys": "a b",
+            "properties": {"p": "v"},
+            "queue_id": 2,
+            "sharding_key": "s",
+            "unique_id": "u",
+            "delay_level": 3,
+        }
+    )
+    assert (message.body, message.tags, message.keys, message.properties) == (
+        b"hi",
+        "T",
+        ["a", "b"],
+        {"p": "v"},
+    )
+    assert (message.queue_id, message.sharding_key, message.unique_id, message.delay_level) == (
+        2,
+        "s",
+        "u",
+        3,
+    )
+    assert (message.delay_ms, message.deliver_at_ms) == (None, None)
