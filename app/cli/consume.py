@@ -16,7 +16,10 @@ offsets, so a member moves on only by committing.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -63,6 +66,19 @@ def print_messages(consumer: PullConsumer, limit: int | None, json_output: bool)
     return printed
 
 
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C back for the block: one that arrived meanwhile raises KeyboardInterrupt after it."""
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise KeyboardInterrupt
+
+
 def print_as_member(consumer: GroupConsumer, limit: int | None, follow: bool, json_output: bool) -> None:
     """Group pulls until ``limit``, or (without ``follow``) until every broker answered nothing in
     a row; each batch committed once printed (also when Ctrl-C cuts its commit short)."""
@@ -79,10 +95,13 @@ def print_as_member(consumer: GroupConsumer, limit: int | None, follow: bool, js
                     return
                 continue
             empty_in_a_row = 0
-            for message in batch.messages:
-                print_api_message(message, json_output)
-            printed += len(batch.messages)
-            printed_batch = batch
+            with interrupts_deferred():
+                # A Ctrl-C between the last line and the next one would leave printed lines
+                # uncommitted: it is delivered once the batch counts as printed.
+                for message in batch.messages:
+                    print_api_message(message, json_output)
+                printed += len(batch.messages)
+                printed_batch = batch
             # Refused as fenced (the group rebalanced): the queue's new owner reads them again.
             consumer.commit(batch)
             printed_batch = None
