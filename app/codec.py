@@ -26,9 +26,12 @@ import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+import orjson
 
 from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
+from app.store.kernel import compiled
 from app.store.record_format import (
     HEADER,
     POS_BODY,
@@ -183,6 +186,33 @@ def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
         "store_timestamp": store_timestamp,
         "reconsume_times": reconsume_times,
     }
+
+
+def python_message_json(record: memoryview | bytes, consumed: bool = False) -> bytes:
+    """The JSON message object of a stored record, as the pull API answers it (``consumed``: as a
+    group's consumer sees it, under its original topic when it comes from a retry topic)."""
+    message = record_to_json(record)
+    return orjson.dumps(as_consumed(message) if consumed else message)
+
+
+def python_messages_json(records: Iterable[memoryview | bytes], consumed: bool = False) -> bytes:
+    """A JSON array of the records' message objects."""
+    return b"[" + b",".join(python_message_json(record, consumed) for record in records) + b"]"
+
+
+def _compiled_message_json(record: memoryview | bytes, consumed: bool = False) -> bytes:
+    assert compiled is not None
+    return cast(bytes, compiled.message_json(record, consumed, python_message_json))
+
+
+def _compiled_messages_json(records: Iterable[memoryview | bytes], consumed: bool = False) -> bytes:
+    assert compiled is not None
+    return cast(bytes, compiled.messages_json(records, consumed, python_message_json))
+
+
+# The compiled kernel's encoders when it is loaded (app.store.kernel), else their Python twins.
+message_json = python_message_json if compiled is None else _compiled_message_json
+messages_json = python_messages_json if compiled is None else _compiled_messages_json
 
 
 def as_consumed(message: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from app.broker import dead_letter, group_consume, orderly
 from app.broker import retry as retry_module
 from app.broker.filters import SQL92, TAG, FilterExpression
 from app.broker.groups import Group, Member
-from app.codec import as_consumed, record_to_json
+from app.codec import as_consumed, message_json, record_to_json
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
@@ -246,11 +246,14 @@ def _records(read: group_consume.QueueRead) -> zip[tuple[memoryview, int]]:
     return zip(read.result.records, read.result.queue_offsets, strict=True)
 
 
-def _message(read: group_consume.QueueRead, record: memoryview, offset: int) -> dict[str, Any]:
-    message = as_consumed(record_to_json(record))
+def _message(
+    read: group_consume.QueueRead, record: memoryview, offset: int
+) -> dict[str, Any] | orjson.Fragment:
     if read.reconsumed is not None and read.reconsumed[0] == offset:
+        message = as_consumed(record_to_json(record))
         message["reconsume_times"] = read.reconsumed[1]  # retried in place
-    return message
+        return message
+    return orjson.Fragment(message_json(record, True))
 
 
 @router.get(

@@ -21,8 +21,8 @@ from app.codec import (
     RECORDS_MEDIA_TYPE,
     BatchFormatError,
     IncomingMessage,
+    messages_json,
     parse_batch,
-    record_to_json,
 )
 from app.store import GetMessageResult
 from app.store.filter import FilterExpressionError
@@ -277,7 +277,7 @@ def pull_body(result: GetMessageResult) -> bytes:
             "next_offset": result.next_offset,
             "min_offset": result.min_offset,
             "max_offset": result.max_offset,
-            "messages": [record_to_json(record) for record in result.records],
+            "messages": orjson.Fragment(messages_json(result.records)),
         }
     )
 

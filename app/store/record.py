@@ -12,9 +12,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from app.store.errors import CorruptRecordError
+from app.store.kernel import compiled
 from app.store.record_format import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
@@ -184,8 +185,23 @@ class CheckedRecord(NamedTuple):
 
 BLANK = CheckedRecord(0, "", 0, 0, 0, "", "", 0, 0)
 
+if compiled is not None:
+    compiled.bind_checker(CheckedRecord, BLANK)
+
 
 def check_record(
+    buf: bytes | bytearray | memoryview, pos: int, physical_offset: int, with_properties: bool = True
+) -> CheckedRecord | None:
+    """Validate the record at ``pos`` (:func:`python_check_record`), in the compiled kernel when it
+    is loaded (app.store.kernel)."""
+    if compiled is not None:
+        checked = compiled.check_record(buf, pos, physical_offset, with_properties)
+        if checked is not NotImplemented:
+            return cast("CheckedRecord | None", checked)
+    return python_check_record(buf, pos, physical_offset, with_properties)
+
+
+def python_check_record(
     buf: bytes | bytearray | memoryview, pos: int, physical_offset: int, with_properties: bool = True
 ) -> CheckedRecord | None:
     """Validate the record at ``pos`` whose global offset should be ``physical_offset``.

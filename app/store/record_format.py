@@ -33,7 +33,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from app.store.errors import (
     EmptyBodyError,
@@ -42,6 +42,7 @@ from app.store.errors import (
     MessageTooLargeError,
     PropertiesTooLargeError,
 )
+from app.store.kernel import compiled
 
 MESSAGE_MAGIC = 0xDAA320A7 - (1 << 32)  # stored as a signed int32, as in RocketMQ
 BLANK_MAGIC = 0xCBD43194 - (1 << 32)
@@ -249,7 +250,18 @@ def validate_topic(topic: str, max_length: int = 127) -> bytes:
 
 
 def encode_record(message: Message, store_host: bytes, now_ms: int, limits: Limits) -> EncodedRecord:
-    """Validate a message and encode it with placeholder offsets and store timestamp."""
+    """Validate a message and encode it with placeholder offsets and store timestamp: in the
+    compiled kernel when it is loaded (app.store.kernel), which leaves the messages it refuses, and any
+    odd shape, to :func:`python_encode_record`."""
+    if compiled is not None:
+        made = compiled.encode_record(message, store_host, now_ms, limits)
+        if made is not None:
+            return cast(EncodedRecord, made)
+    return python_encode_record(message, store_host, now_ms, limits)
+
+
+def python_encode_record(message: Message, store_host: bytes, now_ms: int, limits: Limits) -> EncodedRecord:
+    """The pure-Python twin of the kernel's record encoder."""
     body = message.body
     if not body:
         raise EmptyBodyError("message body is empty")
@@ -300,3 +312,7 @@ def encode_record(message: Message, store_host: bytes, now_ms: int, limits: Limi
 def signed_crc(data: bytes | bytearray | memoryview) -> int:
     crc = zlib.crc32(data)
     return crc - (1 << 32) if crc & 0x80000000 else crc
+
+
+if compiled is not None:
+    compiled.bind(EncodedRecord, validate_topic)

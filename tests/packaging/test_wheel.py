@@ -181,17 +181,22 @@ def check_first_contact(broker: InstalledBroker, line: str) -> None:
     assert f"console http://{host}:{broker.port}/console/" in line
 
 
-def test_the_installed_package_is_not_the_checkout_and_has_all_its_files(
-    installation: Installation, tmp_path: Path
-) -> None:
-    where = subprocess.run(
-        ["python", "-c", "import app; print(app.__file__)"],
-        cwd=tmp_path,
+def installed_python(installation: Installation, cwd: Path, code: str) -> str:
+    """What ``code`` prints, run by the installed environment's python in ``cwd``."""
+    return subprocess.run(
+        ["python", "-c", code],
+        cwd=cwd,
         env=clean_environment() | installation.runtime_env,
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.strip()
+    ).stdout
+
+
+def test_the_installed_package_is_not_the_checkout_and_has_all_its_files(
+    installation: Installation, tmp_path: Path
+) -> None:
+    where = installed_python(installation, tmp_path, "import app; print(app.__file__)").strip()
     assert Path(where).is_relative_to(installation.venv), where
     # Every file of the package is installed: the console, the migrations and their template, the
     # docs' assets and their licences.
@@ -199,6 +204,13 @@ def test_the_installed_package_is_not_the_checkout_and_has_all_its_files(
     tracked = subprocess.run(["git", "ls-files", "app"], cwd=ROOT, capture_output=True, text=True, check=True)
     for name in tracked.stdout.split():
         assert (installed / Path(name).relative_to("app")).is_file(), f"the wheel lacks {name}"
+
+
+def test_the_installed_package_runs_the_compiled_kernel(installation: Installation, tmp_path: Path) -> None:
+    """The image's build stage compiles the kernel into the wheel (it has a C compiler)."""
+    code = "from app.store import kernel; print(kernel.NAME, kernel.compiled.__file__)"
+    name = installed_python(installation, tmp_path, code).split()
+    assert name[0] == "compiled" and Path(name[1]).is_relative_to(installation.venv), name
 
 
 def test_serves_from_an_empty_directory_on_sqlite(run_broker: Callable[..., InstalledBroker]) -> None:

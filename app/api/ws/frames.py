@@ -8,7 +8,7 @@ import struct
 
 import orjson
 
-from app.codec import as_consumed, record_to_json
+from app.codec import message_json
 from app.store.record_format import POS_RECONSUMETIMES
 
 _RECONSUME_TIMES = struct.Struct(">i")
@@ -21,7 +21,7 @@ def messages_frame(topic: str, queue_id: int, records: list[memoryview], room: i
     size = len(head) + 2
     parts: list[bytes] = []
     for record in records:
-        part = orjson.dumps(as_consumed(record_to_json(record)))
+        part = message_json(record, True)
         if parts and size + len(part) + 1 > room:
             break
         parts.append(part)

@@ -1,0 +1,757 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Wharf's compiled kernel: the per-message work the interpreter is slowest at, in C.
+
+Every function here has a pure-Python twin that gives identical results (``app.store.kernel`` picks one
+and says which); tests/kernel compares them byte for byte. A record or batch this code does not
+handle itself (a rare shape: an invalid UTF-8 text, duplicated or many properties, non-ASCII keys)
+goes to the Python twin whole, so the twins never disagree on an edge case.
+
+Layouts: app/store/record_format.py (the CommitLog record) and app/codec.py (the binary batch).
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy
+
+
+cdef extern from "zlib.h":
+    unsigned long zcrc32 "crc32" (unsigned long crc, const uint8_t* data, unsigned int length) nogil
+
+# The record's fixed part (app.store.record_format).
+cdef enum:
+    FIXED_SIZE = 91
+    POS_QUEUEID = 12
+    POS_QUEUEOFFSET = 20
+    POS_PHYSICALOFFSET = 28
+    POS_BORNTIMESTAMP = 40
+    POS_STORETIMESTAMP = 56
+    POS_STOREHOST = 64
+    POS_RECONSUMETIMES = 72
+    POS_BODYLENGTH = 84
+    POS_BODY = 88
+    # Records with more properties than this go to the Python twin (its duplicate check is quadratic).
+    MAX_FAST_PROPERTIES = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# A growable byte buffer.
+
+cdef struct Buffer:
+    char* data
+    Py_ssize_t size
+    Py_ssize_t capacity
+
+
+cdef int reserve(Buffer* buffer, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t needed = buffer.size + extra
+    cdef Py_ssize_t capacity = buffer.capacity if buffer.capacity else 4096
+    cdef char* data
+    if needed <= buffer.capacity:
+        return 0
+    while capacity < needed:
+        capacity *= 2
+    data = <char*>realloc(buffer.data, capacity)
+    if data == NULL:
+        raise MemoryError()
+    buffer.data = data
+    buffer.capacity = capacity
+    return 0
+
+
+cdef inline int put(Buffer* buffer, const char* text, Py_ssize_t length) except -1:
+    if buffer.size + length > buffer.capacity:
+        reserve(buffer, length)
+    memcpy(buffer.data + buffer.size, text, length)
+    buffer.size += length
+    return 0
+
+
+cdef inline int put_bytes(Buffer* buffer, bytes text) except -1:
+    return put(buffer, text, len(text))
+
+
+cdef int put_int(Buffer* buffer, int64_t value) except -1:
+    cdef char digits[24]
+    cdef int at = 24
+    cdef uint64_t magnitude = <uint64_t>(-(value + 1)) + 1 if value < 0 else <uint64_t>value
+    if magnitude == 0:
+        at -= 1
+        digits[at] = 48
+    while magnitude:
+        at -= 1
+        digits[at] = <char>(48 + magnitude % 10)
+        magnitude //= 10
+    if value < 0:
+        at -= 1
+        digits[at] = 45
+    return put(buffer, digits + at, 24 - at)
+
+
+cdef bytes take(Buffer* buffer):
+    result = PyBytes_FromStringAndSize(buffer.data, buffer.size)
+    free(buffer.data)
+    buffer.data = NULL
+    buffer.size = buffer.capacity = 0
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Big-endian fields.
+
+cdef inline int64_t read_i64(const uint8_t* at) noexcept nogil:
+    return <int64_t>(
+        (<uint64_t>at[0] << 56) | (<uint64_t>at[1] << 48) | (<uint64_t>at[2] << 40) | (<uint64_t>at[3] << 32)
+        | (<uint64_t>at[4] << 24) | (<uint64_t>at[5] << 16) | (<uint64_t>at[6] << 8) | <uint64_t>at[7]
+    )
+
+
+cdef inline int32_t read_i32(const uint8_t* at) noexcept nogil:
+    return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16) | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
+
+
+cdef inline int16_t read_i16(const uint8_t* at) noexcept nogil:
+    return <int16_t>((<uint16_t>at[0] << 8) | <uint16_t>at[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Text: UTF-8 validation as strict as Python's decoder, JSON strings as orjson writes them.
+
+cdef bint valid_utf8(const uint8_t* text, Py_ssize_t length) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    while i < length:
+        c = text[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2 or c > 0xF4:
+            return False
+        if c < 0xE0:
+            if i + 1 >= length or (text[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+        elif c < 0xF0:
+            if i + 2 >= length:
+                return False
+            c1 = text[i + 1]
+            if (c1 & 0xC0) != 0x80 or (text[i + 2] & 0xC0) != 0x80:
+                return False
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
+                return False
+            i += 3
+        else:
+            if i + 3 >= length:
+                return False
+            c1 = text[i + 1]
+            if (c1 & 0xC0) != 0x80 or (text[i + 2] & 0xC0) != 0x80 or (text[i + 3] & 0xC0) != 0x80:
+                return False
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
+                return False
+            i += 4
+    return True
+
+
+cdef bint is_ascii(const uint8_t* text, Py_ssize_t length) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(length):
+        if text[i] >= 0x80:
+            return False
+    return True
+
+
+cdef const char* HEX_LOWER = b"0123456789abcdef"
+cdef const char* HEX_UPPER = b"0123456789ABCDEF"
+
+
+cdef int put_json_string(Buffer* buffer, const uint8_t* text, Py_ssize_t length) except -1:
+    """``text`` (valid UTF-8) as a JSON string, escaped exactly as orjson escapes it."""
+    cdef Py_ssize_t i, run = 0
+    cdef uint8_t c
+    cdef char escape[6]
+    reserve(buffer, length + 2)
+    put(buffer, b'"', 1)
+    for i in range(length):
+        c = text[i]
+        if c >= 0x20 and c != 34 and c != 92:
+            continue
+        if i > run:
+            put(buffer, <const char*>text + run, i - run)
+        run = i + 1
+        if c == 34:
+            put(buffer, b'\\"', 2)
+        elif c == 92:
+            put(buffer, b"\\\\", 2)
+        elif c == 10:
+            put(buffer, b"\\n", 2)
+        elif c == 13:
+            put(buffer, b"\\r", 2)
+        elif c == 9:
+            put(buffer, b"\\t", 2)
+        elif c == 8:
+            put(buffer, b"\\b", 2)
+        elif c == 12:
+            put(buffer, b"\\f", 2)
+        else:
+            escape[0] = 92
+            escape[1] = 117
+            escape[2] = 48
+            escape[3] = 48
+            escape[4] = HEX_LOWER[c >> 4]
+            escape[5] = HEX_LOWER[c & 15]
+            put(buffer, escape, 6)
+    if length > run:
+        put(buffer, <const char*>text + run, length - run)
+    put(buffer, b'"', 1)
+    return 0
+
+
+cdef const char* BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+cdef int put_base64_string(Buffer* buffer, const uint8_t* data, Py_ssize_t length) except -1:
+    cdef Py_ssize_t whole = length - length % 3
+    cdef Py_ssize_t i
+    cdef uint32_t triple
+    cdef char* out
+    reserve(buffer, (length + 2) // 3 * 4 + 2)
+    out = buffer.data + buffer.size
+    out[0] = 34
+    out += 1
+    i = 0
+    while i < whole:
+        triple = (<uint32_t>data[i] << 16) | (<uint32_t>data[i + 1] << 8) | data[i + 2]
+        out[0] = BASE64[(triple >> 18) & 63]
+        out[1] = BASE64[(triple >> 12) & 63]
+        out[2] = BASE64[(triple >> 6) & 63]
+        out[3] = BASE64[triple & 63]
+        out += 4
+        i += 3
+    if length - whole == 1:
+        triple = <uint32_t>data[i] << 16
+        out[0] = BASE64[(triple >> 18) & 63]
+        out[1] = BASE64[(triple >> 12) & 63]
+        out[2] = 61
+        out[3] = 61
+        out += 4
+    elif length - whole == 2:
+        triple = (<uint32_t>data[i] << 16) | (<uint32_t>data[i + 1] << 8)
+        out[0] = BASE64[(triple >> 18) & 63]
+        out[1] = BASE64[(triple >> 12) & 63]
+        out[2] = BASE64[(triple >> 6) & 63]
+        out[3] = 61
+        out += 4
+    out[0] = 34
+    out += 1
+    buffer.size = out - buffer.data
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The pull API's message object, straight from a stored record (app.codec.record_to_json).
+
+cdef struct Span:
+    Py_ssize_t start
+    Py_ssize_t length
+
+
+cdef struct Property:
+    Span name
+    Span value
+    bint dropped
+
+
+cdef inline bint same(const uint8_t* text, Span a, Span b) noexcept nogil:
+    return a.length == b.length and memcmp(text + a.start, text + b.start, a.length) == 0
+
+
+cdef inline bint named(const uint8_t* text, Span span, const char* name, Py_ssize_t length) noexcept nogil:
+    return span.length == length and memcmp(text + span.start, name, length) == 0
+
+
+cdef bint is_split_space(uint8_t c) noexcept nogil:
+    # What str.split() splits on, among ASCII characters.
+    return c == 32 or (9 <= c <= 13) or (28 <= c <= 31)
+
+
+cdef const char* RETRY_PREFIX = b"%RETRY%"
+
+
+cdef int put_message(Buffer* buffer, const uint8_t* record, Py_ssize_t size, bint consumed) except -1:
+    """Write the record's message object; 1 (and nothing written) when the record is a shape the
+    Python twin handles instead."""
+    cdef Property properties[MAX_FAST_PROPERTIES]
+    cdef int count = 0, i, j
+    cdef Py_ssize_t start = buffer.size, at, item_end, cut
+    cdef Span tags = Span(0, 0), keys = Span(0, 0), unique_id = Span(0, 0), span
+    cdef bint has_tags = False, has_keys = False, has_unique_id = False, first
+    cdef int32_t body_length
+    cdef int16_t properties_length
+    cdef Py_ssize_t body_end, topic_end, properties_start, properties_end
+    cdef int64_t physical_offset
+    cdef char hex_id[32]
+    if size < FIXED_SIZE:
+        return 1
+    body_length = read_i32(record + POS_BODYLENGTH)
+    if body_length < 0 or POS_BODY + <Py_ssize_t>body_length + 3 > size:
+        return 1
+    body_end = POS_BODY + body_length
+    topic_end = body_end + 1 + record[body_end]
+    if topic_end + 2 > size:
+        return 1
+    properties_length = read_i16(record + topic_end)
+    properties_start = topic_end + 2
+    properties_end = properties_start + properties_length
+    if properties_length < 0 or properties_end > size:
+        return 1
+    physical_offset = read_i64(record + POS_PHYSICALOFFSET)
+    if physical_offset < 0 or not is_ascii(record + body_end + 1, topic_end - body_end - 1):
+        return 1
+    if not valid_utf8(record + properties_start, properties_length):
+        return 1
+    # Properties: "name\x01value\x02"..., split as the Python twin splits them; a later duplicate
+    # replaces an earlier one's value in the earlier one's place.
+    at = properties_start
+    while at < properties_end:
+        item_end = at
+        while item_end < properties_end and record[item_end] != 2:
+            item_end += 1
+        if item_end > at:
+            if count == MAX_FAST_PROPERTIES:
+                return 1
+            cut = at
+            while cut < item_end and record[cut] != 1:
+                cut += 1
+            properties[count].name.start = at
+            properties[count].name.length = cut - at
+            properties[count].value.start = cut + 1 if cut < item_end else item_end
+            properties[count].value.length = item_end - properties[count].value.start
+            properties[count].dropped = False
+            for j in range(count):
+                if not properties[j].dropped and same(record, properties[j].name, properties[count].name):
+                    properties[j].value = properties[count].value
+                    properties[count].dropped = True
+                    break
+            count += 1
+        at = item_end + 1
+    for i in range(count):
+        if properties[i].dropped:
+            continue
+        span = properties[i].name
+        if named(record, span, b"TAGS", 4):
+            tags, has_tags, properties[i].dropped = properties[i].value, True, True
+        elif named(record, span, b"KEYS", 4):
+            keys, has_keys, properties[i].dropped = properties[i].value, True, True
+        elif named(record, span, b"UNIQ_KEY", 8):
+            unique_id, has_unique_id, properties[i].dropped = properties[i].value, True, True
+        elif consumed and named(record, span, b"RETRY_TOPIC", 11) and properties[i].value.length:
+            if topic_end - body_end - 1 >= 7 and memcmp(record + body_end + 1, RETRY_PREFIX, 7) == 0:
+                return 1  # shown under its original topic: the Python twin rewrites it
+    if has_keys and not is_ascii(record + keys.start, keys.length):
+        return 1  # str.split() splits on non-ASCII spaces too
+    # msg_id: STOREHOST and PHYSICALOFFSET in 32 upper-case hex digits.
+    for i in range(8):
+        hex_id[2 * i] = HEX_UPPER[record[POS_STOREHOST + i] >> 4]
+        hex_id[2 * i + 1] = HEX_UPPER[record[POS_STOREHOST + i] & 15]
+    for i in range(8):
+        hex_id[16 + 2 * i] = HEX_UPPER[record[POS_PHYSICALOFFSET + i] >> 4]
+        hex_id[17 + 2 * i] = HEX_UPPER[record[POS_PHYSICALOFFSET + i] & 15]
+    put(buffer, b'{"msg_id":"', 11)
+    put(buffer, hex_id, 32)
+    put(buffer, b'","unique_id":', 14)
+    if has_unique_id:
+        put_json_string(buffer, record + unique_id.start, unique_id.length)
+    else:
+        put(buffer, b'""', 2)
+    put(buffer, b',"topic":', 9)
+    put_json_string(buffer, record + body_end + 1, topic_end - body_end - 1)
+    put(buffer, b',"queue_id":', 12)
+    put_int(buffer, read_i32(record + POS_QUEUEID))
+    put(buffer, b',"queue_offset":', 16)
+    put_int(buffer, read_i64(record + POS_QUEUEOFFSET))
+    put(buffer, b',"tags":', 8)
+    if has_tags:
+        put_json_string(buffer, record + tags.start, tags.length)
+    else:
+        put(buffer, b'""', 2)
+    put(buffer, b',"keys":[', 9)
+    if has_keys:
+        first = True
+        at = keys.start
+        item_end = keys.start + keys.length
+        while at < item_end:
+            while at < item_end and is_split_space(record[at]):
+                at += 1
+            cut = at
+            while cut < item_end and not is_split_space(record[cut]):
+                cut += 1
+            if cut > at:
+                if not first:
+                    put(buffer, b",", 1)
+                put_json_string(buffer, record + at, cut - at)
+                first = False
+            at = cut
+    put(buffer, b'],"properties":{', 16)
+    first = True
+    for i in range(count):
+        if properties[i].dropped:
+            continue
+        if not first:
+            put(buffer, b",", 1)
+        put_json_string(buffer, record + properties[i].name.start, properties[i].name.length)
+        put(buffer, b":", 1)
+        put_json_string(buffer, record + properties[i].value.start, properties[i].value.length)
+        first = False
+    put(buffer, b'},"body":', 9)
+    if valid_utf8(record + POS_BODY, body_length):
+        put_json_string(buffer, record + POS_BODY, body_length)
+        put(buffer, b',"encoding":"utf8"', 18)
+    else:
+        put_base64_string(buffer, record + POS_BODY, body_length)
+        put(buffer, b',"encoding":"base64"', 20)
+    put(buffer, b',"born_timestamp":', 18)
+    put_int(buffer, read_i64(record + POS_BORNTIMESTAMP))
+    put(buffer, b',"store_timestamp":', 19)
+    put_int(buffer, read_i64(record + POS_STORETIMESTAMP))
+    put(buffer, b',"reconsume_times":', 19)
+    put_int(buffer, read_i32(record + POS_RECONSUMETIMES))
+    put(buffer, b"}", 1)
+    return 0
+
+
+cdef int put_record(Buffer* buffer, object record, bint consumed, object fallback) except -1:
+    cdef Py_buffer view
+    cdef Py_ssize_t start = buffer.size
+    cdef int handled
+    PyObject_GetBuffer(record, &view, PyBUF_SIMPLE)
+    try:
+        handled = view.len > 0 and put_message(buffer, <const uint8_t*>view.buf, view.len, consumed) == 0
+    finally:
+        PyBuffer_Release(&view)
+    if not handled:
+        buffer.size = start
+        put_bytes(buffer, fallback(record, consumed))
+    return 0
+
+
+def message_json(record, bint consumed, fallback):
+    """The JSON message object of one stored record (``consumed``: as a group's consumer sees it);
+    ``fallback(record, consumed)`` encodes the shapes this code leaves to Python."""
+    cdef Buffer buffer = Buffer(NULL, 0, 0)
+    try:
+        put_record(&buffer, record, consumed, fallback)
+        return take(&buffer)
+    finally:
+        free(buffer.data)
+
+
+def messages_json(records, bint consumed, fallback):
+    """A JSON array of the records' message objects."""
+    cdef Buffer buffer = Buffer(NULL, 0, 0)
+    cdef bint first = True
+    try:
+        put(&buffer, b"[", 1)
+        for record in records:
+            if not first:
+                put(&buffer, b",", 1)
+            put_record(&buffer, record, consumed, fallback)
+            first = False
+        put(&buffer, b"]", 1)
+        return take(&buffer)
+    finally:
+        free(buffer.data)
+
+
+# ---------------------------------------------------------------------------------------------
+# The CommitLog record of a message (app.store.record_format.encode_record).
+
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.long cimport PyLong_Check
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_READ_CHAR
+from libc.string cimport memchr
+
+cdef object _EncodedRecord = None
+cdef object _validate_topic = None
+
+
+def bind(encoded_record, validate_topic):
+    """Give the kernel the tuple type it returns records as, and the store's topic check (which
+    raises the store's own error)."""
+    global _EncodedRecord, _validate_topic
+    _EncodedRecord = encoded_record
+    _validate_topic = validate_topic
+
+
+cdef inline void write_i64(char* at, int64_t value) noexcept nogil:
+    cdef uint64_t bits = <uint64_t>value
+    cdef int i
+    for i in range(8):
+        at[i] = <char>(bits >> (56 - 8 * i))
+
+
+cdef inline void write_i32(char* at, int32_t value) noexcept nogil:
+    cdef uint32_t bits = <uint32_t>value
+    at[0] = <char>(bits >> 24)
+    at[1] = <char>(bits >> 16)
+    at[2] = <char>(bits >> 8)
+    at[3] = <char>bits
+
+
+cdef int32_t java_hash(str text):
+    """Java's String.hashCode: over UTF-16 code units."""
+    cdef uint32_t h = 0
+    cdef uint32_t c
+    cdef Py_ssize_t i
+    for i in range(len(text)):
+        c = PyUnicode_READ_CHAR(text, i)
+        if c > 0xFFFF:
+            c -= 0x10000
+            h = 31 * h + (0xD800 + (c >> 10))
+            h = 31 * h + (0xDC00 + (c & 0x3FF))
+        else:
+            h = 31 * h + c
+    return <int32_t>h
+
+
+cdef const char* utf8_of(object text, Py_ssize_t* length):
+    """The UTF-8 of a str, or NULL (no error set) when it is not a str or has no UTF-8 form."""
+    cdef const char* data
+    if type(text) is not str:
+        return NULL
+    try:
+        data = PyUnicode_AsUTF8AndSize(text, length)
+    except UnicodeEncodeError:
+        return NULL
+    return data
+
+
+def encode_record(message, bytes store_host, int64_t now_ms, limits):
+    """The record of ``message`` with placeholders unpatched, as an EncodedRecord; None when the
+    message is one the Python twin must handle (to refuse it), checked in the twin's order."""
+    cdef object body = message.body
+    cdef object properties = message.properties
+    cdef bytes topic
+    cdef Py_ssize_t max_message_size = limits.max_message_size, max_properties_size = limits.max_properties_size
+    cdef Py_ssize_t body_length, topic_length, properties_length = 0, total, name_length, value_length
+    cdef const char* name
+    cdef const char* value
+    cdef char* out
+    cdef int32_t queue_id, flag, sysflag, reconsume_times, tags_code = 0
+    cdef int64_t born_timestamp, prepared
+    cdef str tags = "", keys = "", unique_id = ""
+    if type(body) is not bytes or type(properties) is not dict or len(store_host) != 8:
+        return None
+    body_length = len(body)
+    if body_length == 0 or body_length > max_message_size:
+        return None
+    topic = _validate_topic(message.topic, limits.max_topic_length)
+    topic_length = len(topic)
+    if topic_length > 255:
+        return None
+    born_host = message.born_host
+    if type(born_host) is not bytes or len(born_host) != 8:
+        return None
+    fields = (
+        message.queue_id,
+        message.flag,
+        message.sysflag,
+        message.reconsume_times,
+        message.born_timestamp or now_ms,
+        message.prepared_transaction_offset,
+    )
+    for field in fields:
+        if not PyLong_Check(field):
+            return None  # struct refuses what is not an int; C conversion would not
+    try:
+        queue_id, flag, sysflag, reconsume_times, born_timestamp, prepared = fields
+    except OverflowError:
+        return None
+    for key, text in (<dict>properties).items():
+        name = utf8_of(key, &name_length)
+        value = utf8_of(text, &value_length)
+        if name == NULL or value == NULL or name_length == 0:
+            return None
+        if memchr(name, 1, name_length) or memchr(name, 2, name_length):
+            return None
+        if memchr(value, 1, value_length) or memchr(value, 2, value_length):
+            return None
+        properties_length += name_length + value_length + 2
+    if properties_length > max_properties_size or properties_length > 32767:
+        return None
+    total = FIXED_SIZE + body_length + topic_length + properties_length
+    data = PyBytes_FromStringAndSize(NULL, total)
+    out = PyBytes_AS_STRING(data)
+    write_i32(out, <int32_t>total)
+    write_i32(out + 4, <int32_t>0xDAA320A7)
+    write_i32(out + 8, <int32_t><uint32_t>zcrc32(0, <const uint8_t*>PyBytes_AS_STRING(body), <unsigned int>body_length))
+    write_i32(out + POS_QUEUEID, queue_id)
+    write_i32(out + 16, flag)
+    write_i64(out + POS_QUEUEOFFSET, -1)
+    write_i64(out + POS_PHYSICALOFFSET, -1)
+    write_i32(out + 36, sysflag)
+    write_i64(out + POS_BORNTIMESTAMP, born_timestamp)
+    memcpy(out + 48, PyBytes_AS_STRING(born_host), 8)
+    write_i64(out + POS_STORETIMESTAMP, -1)
+    memcpy(out + POS_STOREHOST, PyBytes_AS_STRING(store_host), 8)
+    write_i32(out + POS_RECONSUMETIMES, reconsume_times)
+    write_i64(out + 76, prepared)
+    write_i32(out + POS_BODYLENGTH, <int32_t>body_length)
+    memcpy(out + POS_BODY, PyBytes_AS_STRING(body), body_length)
+    out += POS_BODY + body_length
+    out[0] = <char>topic_length
+    memcpy(out + 1, PyBytes_AS_STRING(topic), topic_length)
+    out += 1 + topic_length
+    out[0] = <char>(properties_length >> 8)
+    out[1] = <char>properties_length
+    out += 2
+    for key, text in (<dict>properties).items():
+        name = utf8_of(key, &name_length)
+        value = utf8_of(text, &value_length)
+        memcpy(out, name, name_length)
+        out[name_length] = 1
+        out += name_length + 1
+        memcpy(out, value, value_length)
+        out[value_length] = 2
+        out += value_length + 1
+    if properties:
+        tags = (<dict>properties).get("TAGS", "")
+        keys = (<dict>properties).get("KEYS", "")
+        unique_id = (<dict>properties).get("UNIQ_KEY", "")
+        if tags:
+            tags_code = java_hash(tags)
+    return tuple.__new__(_EncodedRecord, (data, message.topic, queue_id, tags_code, keys, unique_id, sysflag))
+
+
+# ---------------------------------------------------------------------------------------------
+# Validating a stored record, as recovery and the log walks do (app.store.record.check_record).
+
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
+
+cdef enum:
+    BLANK_MAGIC_CODE = <int32_t>0xCBD43194
+    MESSAGE_MAGIC_CODE = <int32_t>0xDAA320A7
+
+cdef object _CheckedRecord = None
+cdef object _BLANK = None
+
+
+def bind_checker(checked_record, blank):
+    """Give the kernel the tuple type it returns checked records as, and the blank one."""
+    global _CheckedRecord, _BLANK
+    _CheckedRecord = checked_record
+    _BLANK = blank
+
+
+cdef bint topic_character(uint8_t c) noexcept nogil:
+    # [%|a-zA-Z0-9_-]
+    return (
+        (48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122) or c == 37 or c == 124 or c == 95 or c == 45
+    )
+
+
+cdef object check(const uint8_t* buf, Py_ssize_t length, Py_ssize_t pos, int64_t physical_offset,
+                  bint with_properties):
+    cdef Py_ssize_t remaining = length - pos, body_end, topic_end, record_end, at, item_end, cut
+    cdef int32_t total, magic, body_crc, body_length
+    cdef int16_t properties_length
+    cdef int64_t queue_offset, store_ts
+    cdef Py_ssize_t i
+    cdef Span tags = Span(0, 0), keys = Span(0, 0), unique_id = Span(0, 0), name
+    cdef bint has_tags = False, has_keys = False, has_unique_id = False
+    if remaining < 8:
+        return None
+    total = read_i32(buf + pos)
+    magic = read_i32(buf + pos + 4)
+    if magic == BLANK_MAGIC_CODE:
+        return _BLANK if total == remaining else None
+    if magic != MESSAGE_MAGIC_CODE or total < FIXED_SIZE or total > remaining:
+        return None
+    queue_offset = read_i64(buf + pos + POS_QUEUEOFFSET)
+    store_ts = read_i64(buf + pos + POS_STORETIMESTAMP)
+    if read_i64(buf + pos + POS_PHYSICALOFFSET) != physical_offset or queue_offset < 0 or store_ts < 0:
+        return None
+    body_length = read_i32(buf + pos + POS_BODYLENGTH)
+    if body_length < 0 or body_length > total - FIXED_SIZE:
+        return None
+    body_end = pos + POS_BODY + body_length
+    topic_end = body_end + 1 + buf[body_end]
+    record_end = pos + total
+    if topic_end + 2 > record_end:
+        return None
+    properties_length = read_i16(buf + topic_end)
+    if properties_length < 0 or topic_end + 2 + properties_length != record_end:
+        return None
+    if properties_length and buf[record_end - 1] != 2:
+        return None
+    body_crc = read_i32(buf + pos + 8)
+    if <int32_t><uint32_t>zcrc32(0, buf + pos + POS_BODY, <unsigned int>body_length) != body_crc:
+        return None
+    if topic_end == body_end + 1:
+        return None
+    for i in range(body_end + 1, topic_end):
+        if not topic_character(buf[i]):
+            return None
+    topic = PyUnicode_DecodeASCII(<char*>buf + body_end + 1, topic_end - body_end - 1, NULL)
+    queue_id = read_i32(buf + pos + POS_QUEUEID)
+    sysflag = read_i32(buf + pos + 36)
+    if not with_properties:
+        return tuple.__new__(_CheckedRecord, (total, topic, queue_id, queue_offset, 0, "", "", sysflag, store_ts))
+    at = topic_end + 2
+    if not valid_utf8(buf + at, properties_length):
+        return None
+    # The last of each name wins, as in the dict the Python twin builds.
+    while at < record_end:
+        item_end = at
+        while item_end < record_end and buf[item_end] != 2:
+            item_end += 1
+        if item_end > at:
+            cut = at
+            while cut < item_end and buf[cut] != 1:
+                cut += 1
+            name.start = at
+            name.length = cut - at
+            if cut < item_end:
+                cut += 1
+            if named(buf, name, b"TAGS", 4):
+                tags.start, tags.length, has_tags = cut, item_end - cut, True
+            elif named(buf, name, b"KEYS", 4):
+                keys.start, keys.length, has_keys = cut, item_end - cut, True
+            elif named(buf, name, b"UNIQ_KEY", 8):
+                unique_id.start, unique_id.length, has_unique_id = cut, item_end - cut, True
+        at = item_end + 1
+    tags_text = PyUnicode_DecodeUTF8(<char*>buf + tags.start, tags.length, NULL) if has_tags else ""
+    return tuple.__new__(
+        _CheckedRecord,
+        (
+            total,
+            topic,
+            queue_id,
+            queue_offset,
+            java_hash(tags_text) if tags_text else 0,
+            PyUnicode_DecodeUTF8(<char*>buf + keys.start, keys.length, NULL) if has_keys else "",
+            PyUnicode_DecodeUTF8(<char*>buf + unique_id.start, unique_id.length, NULL) if has_unique_id else "",
+            sysflag,
+            store_ts,
+        ),
+    )
+
+
+def check_record(buf, Py_ssize_t pos, physical_offset, bint with_properties):
+    """The Python twin's answer for the record at ``pos``: a CheckedRecord, the blank, or None;
+    NotImplemented when the twin must answer (a position or offset outside what this code reads)."""
+    cdef Py_buffer view
+    cdef int64_t offset
+    if pos < 0 or type(physical_offset) is not int:
+        return NotImplemented
+    try:
+        offset = physical_offset
+    except OverflowError:
+        return NotImplemented
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if view.len < pos:
+            return NotImplemented
+        return check(<const uint8_t*>view.buf, view.len, pos, offset, with_properties)
+    finally:
+        PyBuffer_Release(&view)

@@ -1,0 +1,32 @@
+"""Loads Wharf's compiled kernel, the C extension built from app/store/_kernel.pyx at install.
+
+Each kernel function has a pure-Python twin beside the code that uses it, with identical results
+byte for byte (tests/kernel checks it): :func:`app.codec.messages_json` and
+:func:`app.store.record_format.encode_record` take the compiled function when :data:`compiled` is
+loaded and the twin otherwise. Which one runs is logged once, here. ``WHARF_KERNEL=python``
+chooses the twins even when the extension is there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+
+log = logging.getLogger(__name__)
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("WHARF_KERNEL", "").lower() == "python":
+        log.info("kernel: pure Python (WHARF_KERNEL=python)")
+        return None
+    try:
+        from app.store import _kernel
+    except ImportError as exc:
+        log.warning("kernel: the compiled extension is missing (%s); running its pure-Python twin", exc)
+        return None
+    return _kernel
+
+
+compiled = _load()
+NAME = "compiled" if compiled is not None else "python"

@@ -1,0 +1,354 @@
+"""The compiled kernel and its pure-Python twins give the same bytes for the same input, including
+the odd shapes a record or a batch can take (hypothesis builds them field by field)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app import codec
+from app.store import kernel, record_format
+from app.store import record as record_module
+from app.store.record_format import FIXED_SIZE, HEADER, MESSAGE_MAGIC, Limits, Message
+
+compiled = kernel.compiled
+needs_extension = pytest.mark.skipif(compiled is None, reason="the compiled kernel is not loaded")
+
+
+def test_the_extension_is_built_and_loaded() -> None:
+    """The install builds the extension on a machine with a C compiler; running without it is a
+    choice (WHARF_KERNEL=python), never an accident."""
+    if os.environ.get("WHARF_KERNEL", "").lower() == "python":
+        assert kernel.NAME == "python" and codec.message_json is codec.python_message_json
+    else:
+        assert kernel.NAME == "compiled", (
+            "app.store._kernel did not load: is the package installed with a C compiler?"
+        )
+        assert codec.message_json is not codec.python_message_json
+
+
+def test_a_missing_extension_falls_back_and_says_so() -> None:
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout);"
+        "sys.modules['app.store._kernel'] = None;"  # what an import of a missing extension meets
+        "from app import codec; from app.store import kernel;"
+        "print(kernel.NAME, codec.messages_json is codec.python_messages_json)"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "WHARF_KERNEL"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "compiled extension is missing" in out
+    assert out.strip().endswith("python True")
+
+
+# Text with what escaping and splitting must get right: quotes, backslashes, control characters,
+# separators, ASCII and Unicode spaces, multi-byte characters.
+texts: st.SearchStrategy[str] = st.text(
+    alphabet=st.sampled_from(
+        list('ab Z09_-%|"\\/\t\n\r\x08\x0c\x00\x1f\x7f\x1c')
+        + ["\x01", "\x02", "é", "€", "😀", "\u3000", "\x85"]
+    ),
+    max_size=12,
+)
+
+
+def raw_property_bytes() -> st.SearchStrategy[bytes]:
+    """Properties as stored, or as a damaged or odd record holds them: duplicates, a name without
+    a value, no final separator, invalid UTF-8."""
+    names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "RETRY_TOPIC", "a", "b", "", "é"])
+    item = st.tuples(names, texts).map(lambda pair: f"{pair[0]}\x01{pair[1]}\x02".encode())
+    odd = st.one_of(
+        st.sampled_from([b"lone\x02", b"x\x01y", b"\x02\x02", b"\xff\x01v\x02", b"k\x01\xc3\x02"]), utf8_edges
+    )
+    many = st.integers(60, 70).map(lambda n: b"".join(b"p%d\x01v\x02" % i for i in range(n)))
+    return st.one_of(
+        st.lists(item, max_size=8).map(b"".join),
+        st.lists(st.one_of(item, odd), max_size=6).map(b"".join),
+        many,
+    )
+
+
+# Bytes at the edges of UTF-8's rules (overlong forms, surrogates, past U+10FFFF, cut sequences).
+utf8_edges = st.lists(
+    st.sampled_from(
+        [
+            0x00,
+            0x41,
+            0x7F,
+            0x80,
+            0x8F,
+            0x90,
+            0x9F,
+            0xA0,
+            0xBF,
+            0xC0,
+            0xC1,
+            0xC2,
+            0xDF,
+            0xE0,
+            0xED,
+            0xEF,
+            0xF0,
+            0xF4,
+            0xF5,
+            0xFF,
+        ]
+    ),
+    max_size=8,
+).map(bytes)
+bodies = st.one_of(
+    st.binary(max_size=40),
+    utf8_edges,
+    texts.map(str.encode),
+    st.sampled_from([b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc2", b"\xf0\x9f\x98"]),
+)
+topics = st.one_of(
+    st.sampled_from(["T", "orders", "%RETRY%group", "%DLQ%g"]), st.binary(max_size=6).map(lambda b: b.hex())
+)
+raw_topics = st.one_of(topics.map(str.encode), st.sampled_from([b"\xff", b"caf\xc3\xa9", b""]))
+
+
+@st.composite
+def records(draw: st.DrawFn) -> bytes:
+    body = draw(bodies)
+    topic = draw(raw_topics)
+    properties = draw(raw_property_bytes())
+    int32 = st.integers(-(2**31), 2**31 - 1)
+    int64 = st.integers(-(2**63), 2**63 - 1)
+    header = HEADER.pack(
+        FIXED_SIZE + len(body) + len(topic) + len(properties),
+        MESSAGE_MAGIC,
+        draw(int32),
+        draw(int32),
+        draw(int32),
+        draw(int64),
+        draw(st.one_of(st.integers(0, 2**40), int64)),
+        draw(int32),
+        draw(int64),
+        draw(st.binary(min_size=8, max_size=8)),
+        draw(int64),
+        draw(st.binary(min_size=8, max_size=8)),
+        draw(int32),
+        draw(int64),
+        len(body),
+    )
+    return header + body + bytes([len(topic)]) + topic + struct.pack(">h", len(properties)) + properties
+
+
+def outcome(encode: object, *args: object) -> bytes | type[BaseException]:
+    try:
+        result = encode(*args)  # type: ignore[operator]
+    except Exception as exc:  # noqa: BLE001 - the twins must fail alike, too
+        return type(exc)
+    assert isinstance(result, bytes)
+    return result
+
+
+@needs_extension
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(records(), min_size=1, max_size=4), st.booleans(), st.booleans())
+def test_message_json_matches_its_python_twin(found: list[bytes], consumed: bool, as_view: bool) -> None:
+    batch = [memoryview(record) if as_view else record for record in found]
+    for record in batch:
+        expected = outcome(codec.python_message_json, record, consumed)
+        assert outcome(compiled.message_json, record, consumed, codec.python_message_json) == expected
+    expected = outcome(codec.python_messages_json, batch, consumed)
+    assert outcome(compiled.messages_json, batch, consumed, codec.python_message_json) == expected
+
+
+@needs_extension
+def test_message_json_encodes_plain_records_itself() -> None:
+    """The fast path is taken, not only the fallback: a plain record never reaches the twin."""
+    calls = []
+
+    def fallback(record: bytes, consumed: bool) -> bytes:
+        calls.append(record)
+        return codec.python_message_json(record, consumed)
+
+    body, topic, properties = (
+        b"\x00\xffbinary",
+        b"orders",
+        b"TAGS\x01t\x02KEYS\x01a b\x02UNIQ_KEY\x01u\x02x\x01y\x02",
+    )
+    header = HEADER.pack(
+        FIXED_SIZE + len(body) + len(topic) + len(properties),
+        MESSAGE_MAGIC,
+        0,
+        1,
+        0,
+        7,
+        4096,
+        0,
+        1,
+        b"\x7f\0\0\1\0\0\x1f\x90",
+        2,
+        b"\x7f\0\0\1\0\0\x1f\x90",
+        0,
+        0,
+        len(body),
+    )
+    record = header + body + bytes([len(topic)]) + topic + struct.pack(">h", len(properties)) + properties
+    encoded = compiled.messages_json([record, memoryview(record)], False, fallback)
+    assert calls == []
+    assert encoded == codec.python_messages_json([record, record])
+
+
+property_texts = st.one_of(texts, st.sampled_from(["\ud800", "TAGS", "KEYS", "UNIQ_KEY"]))
+property_values = st.one_of(property_texts, st.integers(-5, 5))
+
+
+names = st.one_of(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY"]), texts.filter(bool))
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    """Mostly messages the store takes; in some, one field the store must refuse (or a type the
+    kernel leaves to the Python twin)."""
+    int32 = st.integers(-(2**31), 2**31 - 1)
+    int64 = st.integers(-(2**63), 2**63 - 1)
+    fields: dict[str, object] = {
+        "topic": draw(topics),
+        "body": draw(st.one_of(bodies, st.binary(min_size=60, max_size=80)).filter(bool)),
+        "queue_id": draw(int32),
+        "properties": draw(st.dictionaries(names, texts, max_size=5)),
+        "flag": draw(int32),
+        "sysflag": draw(int32),
+        "born_timestamp": draw(st.one_of(st.just(0), int64)),
+        "born_host": draw(st.binary(min_size=8, max_size=8)),
+        "reconsume_times": draw(int32),
+        "prepared_transaction_offset": draw(int64),
+    }
+    odd = {
+        "topic": st.sampled_from(["", "bad topic", "x" * 130]),
+        "body": st.sampled_from([b"", bytearray(b"ab"), "text"]),
+        "queue_id": st.sampled_from([2**31, -(2**31) - 1, "1", 1.5]),
+        "properties": st.dictionaries(property_texts, property_values, min_size=1, max_size=4),
+        "born_timestamp": st.sampled_from([2**63, -(2**63) - 1]),
+        "born_host": st.binary(max_size=10).filter(lambda raw: len(raw) != 8),
+    }
+    for name in draw(st.lists(st.sampled_from(sorted(odd)), max_size=2, unique=True)):
+        fields[name] = draw(odd[name])
+    return Message(**fields)  # type: ignore[arg-type]
+
+
+def encoded(encode: object, *args: object) -> object:
+    try:
+        return encode(*args)  # type: ignore[operator]
+    except Exception as exc:  # noqa: BLE001 - the twins must refuse alike, too
+        return type(exc), str(exc)
+
+
+@needs_extension
+@settings(max_examples=1500, deadline=None)
+@given(messages(), st.integers(0, 2**40), st.integers(50, 4096), st.integers(10, 200))
+def test_encode_record_matches_its_python_twin(
+    message: Message, now_ms: int, max_body: int, max_props: int
+) -> None:
+    limits = Limits(max_message_size=max_body, max_properties_size=max_props)
+    host = b"\x7f\0\0\1\0\0\x1f\x90"
+    expected = encoded(record_format.python_encode_record, message, host, now_ms, limits)
+    assert encoded(record_format.encode_record, message, host, now_ms, limits) == expected
+
+
+@needs_extension
+def test_encode_record_encodes_plain_messages_itself() -> None:
+    message = Message("orders", b"body", 2, {"TAGS": "t€", "KEYS": "a b", "UNIQ_KEY": "u", "x": "y"})
+    host = b"\x7f\0\0\1\0\0\x1f\x90"
+    assert compiled is not None
+    made = compiled.encode_record(message, host, 5, Limits())
+    assert made is not None
+    assert made == record_format.python_encode_record(message, host, 5, Limits())
+
+
+@needs_extension
+@settings(max_examples=500, deadline=None)
+@given(st.text(min_size=1), st.text())
+def test_the_tag_code_matches_its_python_twin(tags: str, keys: str) -> None:
+    """The ConsumeQueue's tag code is Java's hash over UTF-16 units: astral characters count twice."""
+    message = Message("orders", b"body", 0, {"TAGS": tags, "KEYS": keys})
+    host = b"\x7f\0\0\1\0\0\x1f\x90"
+    expected = encoded(record_format.python_encode_record, message, host, 1, Limits())
+    assert encoded(record_format.encode_record, message, host, 1, Limits()) == expected
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> tuple[bytes, int, int]:
+    """A stretch of CommitLog: records stored at their offsets, maybe a blank filler, then damage a
+    crash or a stale read leaves (bytes cut, zeroed or flipped); and a position to check in it."""
+    base = draw(st.integers(0, 2**40))
+    data = bytearray()
+    starts = [0]  # where records begin
+    for item in draw(st.lists(st.one_of(messages(), records()), max_size=4)):
+        if isinstance(item, bytes):
+            # Odd properties (duplicates, no value, invalid UTF-8) in a record with a good CRC.
+            record = bytearray(item)
+            body_length = struct.unpack_from(">i", record, 84)[0]
+            struct.pack_into(">I", record, 8, zlib.crc32(record[88 : 88 + body_length]))
+        else:
+            try:
+                made = record_format.python_encode_record(item, b"\x7f\0\0\1\0\0\x1f\x90", 1, Limits())
+            except Exception:  # noqa: BLE001 - a message the store refuses is not in a log
+                continue
+            record = bytearray(made.data)
+        struct.pack_into(">qq", record, 20, draw(st.integers(-2, 2**40)), base + len(data))
+        struct.pack_into(">q", record, 56, draw(st.integers(-1, 2**41)))
+        starts.append(len(data))
+        data += record
+    if draw(st.booleans()):
+        data += struct.pack(">ii", draw(st.sampled_from([8, 16, 9])), -(0xFFFFFFFF - 0xCBD43194 + 1)) + bytes(
+            8
+        )
+    for _ in range(draw(st.integers(0, 3))):
+        if not data:
+            break
+        at = draw(st.integers(0, len(data) - 1))
+        damage = draw(st.sampled_from(["cut", "zero", "flip"]))
+        if damage == "cut":
+            del data[at:]
+        elif damage == "zero":
+            data[at : at + draw(st.integers(1, 16))] = bytes(min(len(data) - at, 16))[
+                : len(data[at : at + 16])
+            ]
+        else:
+            data[at] ^= 1 << draw(st.integers(0, 7))
+    position = draw(st.one_of(st.sampled_from(starts), st.integers(0, len(data) + 4)))
+    return bytes(data), position, base + position
+
+
+@needs_extension
+@settings(max_examples=1500, deadline=None)
+@given(logs(), st.booleans(), st.sampled_from(["bytes", "memoryview", "bytearray"]))
+def test_check_record_matches_its_python_twin(
+    log: tuple[bytes, int, int], with_properties: bool, kind: str
+) -> None:
+    data, position, offset = log
+    buf = {"bytes": data, "memoryview": memoryview(data), "bytearray": bytearray(data)}[kind]
+    expected = encoded(record_module.python_check_record, buf, position, offset, with_properties)
+    assert encoded(record_module.check_record, buf, position, offset, with_properties) == expected
+    # At the next record's offset too: the walk's step.
+    if isinstance(expected, record_module.CheckedRecord) and expected.size:
+        following = (buf, position + expected.size, offset + expected.size, with_properties)
+        assert encoded(record_module.check_record, *following) == encoded(
+            record_module.python_check_record, *following
+        )
+
+
+@needs_extension
+def test_check_record_checks_plain_records_itself() -> None:
+    assert compiled is not None
+    made = record_format.python_encode_record(
+        Message("orders", b"body", 1, {"TAGS": "t", "KEYS": "k", "UNIQ_KEY": "u"}), bytes(8), 1, Limits()
+    )
+    data = bytearray(made.data)
+    struct.pack_into(">qq", data, 20, 0, 4096)
+    struct.pack_into(">q", data, 56, 7)
+    checked = compiled.check_record(bytes(data), 0, 4096, True)
+    assert checked == record_module.python_check_record(bytes(data), 0, 4096) and checked is not None
