@@ -1,0 +1,634 @@
+"""Peers benchmark: Wharf against Redis Streams and NATS JetStream on one workload, from Python.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.peers [--quick] [--json out.json] [--only throughput,latency]
+                                    [--systems redis,nats,wharf] [--messages N] [--samples N]
+
+Every system gets the same work from one Python process on this machine: bodies of 1 KiB (the same
+random bytes), batches of 100, fresh streams named for the run and deleted after it, the systems
+interleaved within each repeat, each figure the median of the repeats. Redis (6379) and NATS with
+JetStream (4222) are the services already running on localhost, used as they are configured; one
+that does not answer is skipped with the reason. Wharf is a broker process started for the run
+(``python -m app``, ASYNC flush, a temporary store), one topic of one queue per stream, so each
+system writes and reads one ordered log.
+
+* ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
+  batch of 100 at a time, messages/s. Redis: pipelines of 100 ``XADD`` (not transactions), then
+  ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async`` awaited together per
+  batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf binary: binary batches
+  (``application/vnd.wharf.batch``) POSTed over keep-alive connections, then pulls with
+  ``Accept: application/vnd.wharf.records``, every record decoded (``decode_record``). Wharf JSON:
+  ``{"messages": [...]}`` with base64 bodies, then JSON pulls with the bodies decoded. Every reader
+  checks it got every message and every byte. The broker process's CPU time per message (from
+  ``/proc/<pid>/stat``) is reported for each system whose process this machine shows.
+* ``latency``: one message at a time, from just before it is sent until the consumer has it:
+  Redis ``XREAD BLOCK`` on a second connection, NATS an ordered push consumer, Wharf a binary
+  WebSocket produce frame and a ``format=binary`` subscribe socket. p50 and p99 of each repeat.
+
+Targets are ratios against the better peer: Wharf binary produce >= 2x, consume >= 5x and e2e p99
+at most Redis's; Wharf JSON produce >= 1x and consume >= 2x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import nats
+import orjson
+import redis.asyncio as aioredis
+from nats.js.api import AckPolicy, ConsumerConfig, StorageType
+from websockets.asyncio.client import connect
+
+from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch, split_records
+from app.store.record import decode_record
+from bench import harness
+from bench.harness import Result, Target
+from bench.http_load import cpu_seconds
+from bench.http_setup import percentile
+from tests.api.server import BrokerProcess
+
+SECTIONS = ("throughput", "latency")
+SYSTEMS = ("redis", "nats", "wharf")
+BODY = secrets.token_bytes(1024)
+BATCH = 100
+IN_FLIGHT = 4
+REDIS_URL = "redis://127.0.0.1:6379"
+NATS_URL = "nats://127.0.0.1:4222"
+TIMEOUT_S = 30.0
+
+Entries = list[tuple[bytes, dict[bytes, bytes]]]  # what XRANGE and XREAD answer per stream
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    repeats: int
+    messages: int  # per system and repeat
+    latency_samples: int  # per system and repeat
+    warmup_messages: int
+
+
+FULL = Plan(repeats=3, messages=30_000, latency_samples=1_000, warmup_messages=2_000)
+QUICK = Plan(repeats=1, messages=5_000, latency_samples=200, warmup_messages=1_000)
+
+
+def batch_sizes(count: int) -> Iterator[int]:
+    return (min(BATCH, count - start) for start in range(0, count, BATCH))
+
+
+async def produce_all(count: int, send: Callable[[int], Awaitable[None]]) -> None:
+    """Send ``count`` messages as batches of ``BATCH``, ``IN_FLIGHT`` batches at a time."""
+    sizes = batch_sizes(count)
+
+    async def worker() -> None:
+        for size in sizes:  # one iterator shared by the workers: each batch is sent once
+            await send(size)
+
+    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+
+
+def process_named(command: str) -> int | None:
+    """The one process of this machine whose command name is ``command``, if exactly one shows."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == command:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found[0] if len(found) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """One timed run: messages per second, and CPU microseconds per message of the broker process
+    (None when this machine does not show it) and of this client process."""
+
+    messages_per_s: float
+    broker_us: float | None
+    client_us: float
+
+
+class Measured:
+    """``with Measured(pid, count) as run: ...`` then ``run.rates``: the block's wall and CPU time."""
+
+    def __init__(self, pid: int | None, count: int) -> None:
+        self.pid = pid
+        self.count = count
+
+    def __enter__(self) -> Measured:
+        self.broker = cpu_seconds(self.pid) if self.pid else 0.0
+        self.client = time.process_time()
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        seconds = time.perf_counter() - self.started
+        client = time.process_time() - self.client
+        broker = cpu_seconds(self.pid) - self.broker if self.pid else None
+        self.rates = Rates(
+            self.count / seconds,
+            None if broker is None else broker / self.count * 1e6,
+            client / self.count * 1e6,
+        )
+
+
+class Lane:
+    """One way of producing and consuming a stream: a row of the throughput table."""
+
+    name = ""
+    alias = ""
+    pid: int | None = None  # the broker process, when this machine shows it
+    note = ""  # how the system is set up, printed under the table
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def create(self, stream: str) -> None: ...
+
+    async def delete(self, stream: str) -> None: ...
+
+    async def send(self, stream: str, size: int) -> None:
+        raise NotImplementedError
+
+    async def consume(self, stream: str, count: int) -> int:
+        """Read the stream's ``count`` messages from its start, ``BATCH`` per request; body bytes."""
+        raise NotImplementedError
+
+    async def latency(self, stream: str, samples: int) -> list[float]:
+        """Seconds from sending each of ``samples`` messages, one at a time, to its delivery."""
+        raise NotImplementedError
+
+
+class RedisLane(Lane):
+    name = "Redis Streams"
+    alias = "Redis"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def open(self) -> None:
+        self.client = aioredis.Redis.from_url(self.url, socket_timeout=TIMEOUT_S)
+        self.reader = aioredis.Redis.from_url(self.url, socket_timeout=TIMEOUT_S)
+        server = await self.client.info("server")
+        pid = int(server["process_id"])
+        self.pid = pid if Path(f"/proc/{pid}/stat").exists() else None
+        try:
+            config = await self.client.config_get("appendonly") | await self.client.config_get("save")
+            persistence = f"appendonly {config['appendonly']}, save '{config['save']}'"
+        except aioredis.ResponseError:  # CONFIG may be renamed away
+            persistence = "persistence unknown"
+        self.note = f"Redis {server['redis_version']}, {persistence}; redis-py without hiredis"
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        await self.reader.aclose()
+
+    async def delete(self, stream: str) -> None:
+        await self.client.delete(stream)
+
+    async def send(self, stream: str, size: int) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for _ in range(size):
+                pipe.xadd(stream, {"body": BODY})
+            ids = await pipe.execute()
+        assert len(ids) == size, ids
+
+    async def consume(self, stream: str, count: int) -> int:
+        received = size = 0
+        start: bytes = b"-"
+        while received < count:
+            # Entries are (id, fields) with bytes throughout (the client decodes nothing).
+            entries = cast(Entries, await self.client.xrange(stream, min=start, max="+", count=BATCH))
+            assert entries, f"{stream} ends after {received} of {count}"
+            for _entry_id, fields in entries:
+                size += len(fields[b"body"])
+            received += len(entries)
+            start = b"(" + entries[-1][0]
+        return size
+
+    async def latency(self, stream: str, samples: int) -> list[float]:
+        arrivals: asyncio.Queue[float] = asyncio.Queue()
+
+        async def read() -> None:
+            last: bytes | str = "0-0"
+            for _ in range(samples):
+                answer = cast(
+                    list[tuple[bytes, Entries]],
+                    await self.reader.xread({stream: last}, count=1, block=int(TIMEOUT_S * 1000)),
+                )
+                arrivals.put_nowait(time.perf_counter())
+                last = answer[0][1][0][0]
+
+        reader = asyncio.ensure_future(read())
+        return await one_at_a_time(
+            samples, lambda: self.client.xadd(stream, {"body": BODY}), arrivals, reader
+        )
+
+
+class NatsLane(Lane):
+    name = "NATS JetStream"
+    alias = "NATS"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def open(self) -> None:
+        self.connection = await nats.connect(self.url, connect_timeout=5, allow_reconnect=False)
+        self.js = self.connection.jetstream(timeout=TIMEOUT_S)
+        self.pid = process_named("nats-server")
+        version = self.connection.connected_server_version
+        self.note = f"nats-server {version.major}.{version.minor}.{version.patch}, file storage, 1 replica"
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def create(self, stream: str) -> None:
+        await self.js.add_stream(name=stream, subjects=[stream], storage=StorageType.FILE)
+
+    async def delete(self, stream: str) -> None:
+        await self.js.delete_stream(stream)
+
+    async def send(self, stream: str, size: int) -> None:
+        pending = [await self.js.publish_async(stream, BODY) for _ in range(size)]
+        for ack in await asyncio.gather(*pending):
+            assert ack.stream == stream, ack
+
+    async def consume(self, stream: str, count: int) -> int:
+        config = ConsumerConfig(ack_policy=AckPolicy.NONE)
+        subscription = await self.js.pull_subscribe(stream, stream=stream, config=config)
+        received = size = 0
+        try:
+            while received < count:
+                messages = await subscription.fetch(BATCH, timeout=TIMEOUT_S)
+                received += len(messages)
+                size += sum(len(message.data) for message in messages)
+        finally:
+            await subscription.unsubscribe()
+        assert received == count, (received, count)
+        return size
+
+    async def latency(self, stream: str, samples: int) -> list[float]:
+        arrivals: asyncio.Queue[float] = asyncio.Queue()
+
+        async def arrived(_message: Any) -> None:
+            arrivals.put_nowait(time.perf_counter())
+
+        subscription = await self.js.subscribe(stream, stream=stream, cb=arrived, ordered_consumer=True)
+        try:
+            return await one_at_a_time(samples, lambda: self.js.publish(stream, BODY), arrivals)
+        finally:
+            await subscription.unsubscribe()
+
+
+class WharfLane(Lane):
+    """Wharf over HTTP: binary batches and records, or JSON both ways."""
+
+    def __init__(self, broker: BrokerProcess, binary: bool) -> None:
+        self.url = broker.url
+        self.base = broker.url.replace("http://", "ws://", 1)
+        self.binary = binary
+        self.name = "Wharf binary" if binary else "Wharf JSON"
+        self.alias = self.name
+        self.note = "ASYNC flush, a topic of 1 queue" + (", base64 bodies" if not binary else "")
+        assert broker.process is not None
+        self.pid = broker.process.pid
+
+    async def open(self) -> None:
+        limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
+        self.http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT_S, limits=limits)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def create(self, stream: str) -> None:
+        (await self.http.post("/v1/topics", json={"name": stream, "queues": 1})).raise_for_status()
+
+    async def delete(self, stream: str) -> None:
+        (await self.http.delete(f"/v1/topics/{stream}")).raise_for_status()
+
+    async def send(self, stream: str, size: int) -> None:
+        if self.binary:
+            content = encode_batch([IncomingMessage(BODY, queue_id=0) for _ in range(size)])
+            media_type = BATCH_MEDIA_TYPE
+        else:
+            messages = [
+                {"body": base64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
+                for _ in range(size)
+            ]
+            content = orjson.dumps({"messages": messages})
+            media_type = "application/json"
+        answer = await self.http.post(
+            f"/v1/topics/{stream}/messages", content=content, headers={"content-type": media_type}
+        )
+        answer.raise_for_status()
+        results = orjson.loads(answer.content)["results"]
+        assert len(results) == size and all(result["status"] == "SEND_OK" for result in results), results
+
+    async def consume(self, stream: str, count: int) -> int:
+        url = f"/v1/topics/{stream}/queues/0/messages"
+        headers = {"accept": RECORDS_MEDIA_TYPE} if self.binary else {}
+        received = size = offset = 0
+        while received < count:
+            params = {"offset": offset, "max_messages": BATCH}
+            answer = await self.http.get(url, params=params, headers=headers)
+            answer.raise_for_status()
+            if self.binary:
+                records = [decode_record(raw) for raw in split_records(answer.content)]
+                size += sum(len(record.body) for record in records)
+                got = len(records)
+                offset = int(answer.headers["x-wharf-next-offset"])
+            else:
+                document = orjson.loads(answer.content)
+                for message in document["messages"]:
+                    assert message["encoding"] == "base64", message["encoding"]
+                    size += len(base64.b64decode(message["body"]))
+                got = len(document["messages"])
+                offset = document["next_offset"]
+            assert got, f"{stream} ends after {received} of {count}"
+            received += got
+        return size
+
+    async def latency(self, stream: str, samples: int) -> list[float]:
+        window = min(samples, 1_000)
+        subscribe_url = f"{self.base}/v1/ws/subscribe?topic={stream}&from=first&format=binary&credit={window}"
+        produce_url = f"{self.base}/v1/ws/produce?topic={stream}&format=binary"
+        arrivals: asyncio.Queue[float] = asyncio.Queue()
+        async with connect(subscribe_url, max_size=None) as subscriber, connect(produce_url) as producer:
+            first = orjson.loads(await subscriber.recv())
+            assert first["type"] == "assignment", first
+
+            async def read() -> None:
+                received = owed = 0
+                while received < samples:
+                    frame = await subscriber.recv()
+                    now = time.perf_counter()
+                    assert isinstance(frame, bytes), frame
+                    got = len(split_records(frame))
+                    for _ in range(got):
+                        arrivals.put_nowait(now)
+                    received += got
+                    owed += got
+                    if owed >= window // 2:
+                        await subscriber.send(orjson.dumps({"type": "permit", "n": owed}).decode())
+                        owed = 0
+
+            async def produce() -> None:
+                await producer.send(encode_batch([IncomingMessage(BODY, queue_id=0)]))
+                (result,) = orjson.loads(await producer.recv())["results"]
+                assert result["status"] == "SEND_OK", result
+
+            return await one_at_a_time(samples, produce, arrivals, asyncio.ensure_future(read()))
+
+
+async def one_at_a_time(
+    samples: int,
+    produce: Callable[[], Awaitable[Any]],
+    arrivals: asyncio.Queue[float],
+    reader: asyncio.Future[None] | None = None,
+) -> list[float]:
+    """Produce one message, wait for the producer's answer and for its arrival, ``samples`` times;
+    the seconds from each send to its arrival. ``reader`` (the consuming task) must end with them."""
+    latencies = []
+    try:
+        for _ in range(samples):
+            sent = time.perf_counter()
+            await produce()
+            latencies.append(await asyncio.wait_for(arrivals.get(), TIMEOUT_S) - sent)
+        if reader is not None:
+            await asyncio.wait_for(reader, TIMEOUT_S)
+    finally:
+        if reader is not None and not reader.done():
+            reader.cancel()
+    return latencies
+
+
+async def unreachable(system: str, url: str) -> str | None:
+    """Why ``system`` at ``url`` cannot be measured here, or None when it answers."""
+    try:
+        if system == "redis":
+            client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+            try:
+                await client.ping()
+            finally:
+                await client.aclose()
+        elif system == "nats":
+
+            async def quiet(_error: Exception) -> None: ...
+
+            # The client retries a server that refuses for ever unless attempts are bounded.
+            connection = await asyncio.wait_for(
+                nats.connect(
+                    url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=1, error_cb=quiet
+                ),
+                5,
+            )
+            try:
+                await connection.jetstream(timeout=2).account_info()
+            finally:
+                await connection.close()
+    except Exception as exc:  # whatever the client raises, the peer is not there to measure
+        return f"{type(exc).__name__}: {exc}".strip()
+    return None
+
+
+class Bench:
+    def __init__(self, plan: Plan, lanes: list[Lane]) -> None:
+        self.plan = plan
+        self.lanes = lanes
+        self.run_name = f"peers-{os.getpid()}-{secrets.token_hex(3)}"
+        self.streams = 0
+
+    def stream(self) -> str:
+        self.streams += 1
+        return f"{self.run_name}-{self.streams}"
+
+    async def opened(self, run: Callable[[], Awaitable[list[Result]]]) -> list[Result]:
+        for lane in self.lanes:
+            await lane.open()
+        try:
+            return await run()
+        finally:
+            for lane in self.lanes:
+                await lane.close()
+
+    async def round(self, lane: Lane, count: int) -> tuple[Rates, Rates]:
+        """Produce, then consume ``count`` messages on a fresh stream: for each, the rate and the
+        broker's and this client's CPU microseconds per message."""
+        stream = self.stream()
+        await lane.create(stream)
+        try:
+            with Measured(lane.pid, count) as produced:
+                await produce_all(count, lambda size: lane.send(stream, size))
+            with Measured(lane.pid, count) as consumed:
+                size = await lane.consume(stream, count)
+        finally:
+            await lane.delete(stream)
+        assert size == count * len(BODY), (lane.name, size, count)
+        return produced.rates, consumed.rates
+
+    async def throughput(self) -> list[Result]:
+        plan = self.plan
+        rates: dict[tuple[str, str], list[Rates]] = {}
+        for lane in self.lanes:
+            await self.round(lane, plan.warmup_messages)
+        for _ in range(plan.repeats):
+            for lane in self.lanes:
+                produced, consumed = await self.round(lane, plan.messages)
+                rates.setdefault((lane.name, "produce"), []).append(produced)
+                rates.setdefault((lane.name, "consume"), []).append(consumed)
+        goals = {"Wharf binary": (2.0, 5.0), "Wharf JSON": (1.0, 2.0)}
+        results: list[Result] = []
+        for what in ("produce", "consume"):
+            rows = {
+                lane.name: Result(
+                    f"{lane.name} {what}",
+                    "msgs/s",
+                    [run.messages_per_s for run in rates[lane.name, what]],
+                    note=lane.note if what == "produce" else "",
+                    alias=lane.alias,
+                )
+                for lane in self.lanes
+            }
+            peers = [rows[lane.name] for lane in self.lanes if not isinstance(lane, WharfLane)]
+            better = max(peers, key=lambda row: row.value, default=None)
+            for name, (produce_goal, consume_goal) in goals.items():
+                if name in rows and better is not None:
+                    rows[name].target = Target(
+                        produce_goal if what == "produce" else consume_goal, on_ratio=True
+                    )
+                    rows[name].against(better)
+            results += rows.values()
+        for (name, what), runs in rates.items():
+            if runs[0].broker_us is not None:
+                client = statistics.median(run.client_us for run in runs)
+                results.append(
+                    Result(
+                        f"{name} {what} broker CPU",
+                        "us/msg",
+                        [run.broker_us for run in runs if run.broker_us is not None],
+                        note=f"client {client:.1f} us/msg",
+                        extra={"client_us_per_msg": client},
+                    )
+                )
+        return results
+
+    async def latency(self) -> list[Result]:
+        plan = self.plan
+        p50: dict[str, list[float]] = {lane.name: [] for lane in self.lanes}
+        p99: dict[str, list[float]] = {lane.name: [] for lane in self.lanes}
+        for _ in range(plan.repeats):
+            for lane in self.lanes:
+                stream = self.stream()
+                await lane.create(stream)
+                try:
+                    samples = await lane.latency(stream, plan.latency_samples)
+                finally:
+                    await lane.delete(stream)
+                p50[lane.name].append(percentile(samples, 0.5) * 1000)
+                p99[lane.name].append(percentile(samples, 0.99) * 1000)
+        results = []
+        for lane in self.lanes:
+            results.append(Result(f"{lane.name} e2e p50", "ms", p50[lane.name], alias=lane.alias))
+        p99_rows = {
+            lane.name: Result(f"{lane.name} e2e p99", "ms", p99[lane.name], alias=lane.alias)
+            for lane in self.lanes
+        }
+        peers = [p99_rows[lane.name] for lane in self.lanes if not isinstance(lane, WharfLane)]
+        # Redis's p99 is the target; without Redis, the better peer's.
+        redis = [row for row in peers if row.alias == RedisLane.alias]
+        baseline = (redis or sorted(peers, key=lambda row: row.value))[:1]
+        wharf = p99_rows.get("Wharf binary")
+        if wharf is not None and baseline:
+            wharf.target = Target(1.0, at_least=False, on_ratio=True)
+            wharf.against(baseline[0])
+        return results + list(p99_rows.values())
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = harness.arguments(
+        "peers", __doc__, "5,000 messages, 200 latency samples, one repeat", SECTIONS, raw=True
+    )
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {SYSTEMS}")
+    parser.add_argument("--redis", default=REDIS_URL, help="the Redis server to measure")
+    parser.add_argument("--nats", default=NATS_URL, help="the NATS server (with JetStream) to measure")
+    parser.add_argument("--messages", type=int, help="messages per system and repeat (throughput)")
+    parser.add_argument("--samples", type=int, help="latency samples per system and repeat")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, plan, sections = harness.parse(make_parser(), argv, FULL, QUICK, SECTIONS)
+    systems = harness.select_sections(args.systems, SYSTEMS)
+    if systems is None:
+        return 2
+    if args.messages:
+        plan = replace(plan, messages=args.messages, warmup_messages=min(plan.warmup_messages, args.messages))
+    if args.samples:
+        plan = replace(plan, latency_samples=args.samples)
+    started = time.perf_counter()
+    skipped = {}
+    for system, url in {"redis": args.redis, "nats": args.nats}.items():
+        if system in systems and (reason := asyncio.run(unreachable(system, url))) is not None:
+            print(f"skipping {system} at {url}: {reason}")
+            skipped[system] = reason
+    with harness.scratch_dir("peers-bench-", harness.scratch_parent()) as root:
+        broker = BrokerProcess(
+            root / "store",
+            flush_mode="ASYNC",
+            commitlog_file_size=256 * 1024 * 1024,
+            consumequeue_file_entries=300_000,
+        )
+        try:
+            broker.start()
+            lanes: list[Lane] = []
+            if "redis" in systems and "redis" not in skipped:
+                lanes.append(RedisLane(args.redis))
+            if "nats" in systems and "nats" not in skipped:
+                lanes.append(NatsLane(args.nats))
+            if "wharf" in systems:
+                lanes += [WharfLane(broker, binary=True), WharfLane(broker, binary=False)]
+            bench = Bench(plan, lanes)
+
+            def run(section: str) -> list[Result]:
+                if section == "latency":
+                    # One latency row for Wharf: its binary WebSocket path.
+                    bench.lanes = [
+                        lane for lane in lanes if not (isinstance(lane, WharfLane) and not lane.binary)
+                    ]
+                else:
+                    bench.lanes = lanes
+                return asyncio.run(bench.opened(getattr(bench, section)))
+
+            results = harness.run_sections(sections, run)
+        finally:
+            broker.stop()
+    settings = {
+        "plan": asdict(plan),
+        "sections": sections,
+        "systems": systems,
+        "skipped": skipped,
+        "body_bytes": len(BODY),
+        "batch": BATCH,
+        "in_flight": IN_FLIGHT,
+    }
+    harness.report("peers", args.json, argv, results, settings, started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
