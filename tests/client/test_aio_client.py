@@ -19,6 +19,7 @@ import pytest
 from app.client import (
     AsyncConsumer,
     AsyncProducer,
+    AsyncSubscriber,
     BrokerError,
     ConsumedMessage,
     OutgoingMessage,
@@ -408,3 +409,149 @@ def test_a_consumer_reads_only_the_queues_it_names_and_pauses_when_its_cache_is_
     assert 20 <= cached < 20 + 8
     assert [message.body for message in consumed] == [f"q1-{i}".encode() for i in range(100)]
     assert {message.queue.queue_id for message in consumed} == {1}
+
+
+# -- WebSocket subscriber ------------------------------------------------------------------------
+
+
+def test_a_subscriber_reads_binary_records_and_its_group_resumes_after_what_it_acked(
+    broker: BrokerProcess,
+) -> None:
+    """The first subscriber commits four messages, then takes two more and closes: closing
+    acknowledges them too, so the group's next subscriber gets only what came later."""
+    topic = new_topic(broker, 2)
+    bodies = [f"w{i}".encode() for i in range(10)]
+
+    async def scenario() -> tuple[list[ConsumedMessage], dict[int, int | None], list[ConsumedMessage]]:
+        async with AsyncProducer(broker.url) as producer:
+            await asyncio.gather(*(producer.send(topic, body, tags="W") for body in bodies[:6]))
+        async with AsyncSubscriber(broker.url, topic, "ws-readers", start="first") as subscriber:
+            assignment = sorted((queue.queue_id, offset) for queue, offset in subscriber.assignment.items())
+            assert assignment == [(0, 0), (1, 0)]
+            first = await take(subscriber.poll, 4)
+            await subscriber.commit()
+            after_commit = committed(broker, "ws-readers", topic)
+            first += await take(subscriber.poll, 2)
+        async with AsyncProducer(broker.url) as producer:
+            await asyncio.gather(*(producer.send(topic, body, tags="W") for body in bodies[6:]))
+        async with AsyncSubscriber(broker.url, topic, "ws-readers") as subscriber:
+            rest = await take(subscriber.poll, 4)
+            assert await subscriber.poll(0.3) is None
+        return first, after_commit, rest
+
+    first, after_commit, rest = run(scenario())
+    assert sorted(message.body for message in first) == bodies[:6]
+    assert {message.message.tags for message in first} == {"W"}
+    assert after_commit == {
+        queue_id: 1
+        + max((m.message.queue_offset for m in first[:4] if m.queue.queue_id == queue_id), default=-1)
+        for queue_id in (0, 1)
+    }
+    assert sorted(message.body for message in rest) == bodies[6:]
+
+
+@pytest.mark.parametrize("credit", [4, 64])
+def test_a_subscriber_keeps_reading_past_its_credit_and_the_unacked_limit(
+    broker: BrokerProcess, credit: int
+) -> None:
+    """Credit 4: only the permits the subscriber sends as it hands messages out keep it reading.
+    Credit 64, with the broker's limit of MAX_UNACKED unacknowledged messages: only the acks it sends before
+    waiting for more keep it reading (half its credit, the other reason to send them, is never owed)."""
+    topic = new_topic(broker, 1)
+    bodies = [f"c{i}".encode() for i in range(60)]
+
+    async def scenario() -> list[ConsumedMessage]:
+        async with AsyncProducer(broker.url) as producer:
+            await producer.send_batch(topic, [OutgoingMessage(body) for body in bodies])
+        async with AsyncSubscriber(broker.url, topic, "credit", start="first", credit=credit) as subscriber:
+            return await take(subscriber.poll, 60)
+
+    consumed = run(scenario())
+    assert [message.body for message in consumed] == bodies
+    assert [message.message.queue_offset for message in consumed] == list(range(60))
+
+
+def test_a_subscriber_without_a_group_reads_the_queues_it_names_and_acknowledges_nothing(
+    broker: BrokerProcess,
+) -> None:
+    topic = new_topic(broker, 2)
+
+    async def scenario() -> list[ConsumedMessage]:
+        async with AsyncProducer(broker.url) as producer:
+            for queue_id in (0, 1):
+                batch = [OutgoingMessage(f"q{queue_id}-{i}".encode()) for i in range(5)]
+                await producer.send_batch(topic, batch, queue_id=queue_id)
+        async with AsyncSubscriber(broker.url, topic, queue_ids=[1], start="first", credit=2) as subscriber:
+            consumed = await take(subscriber.poll, 5)
+            assert await subscriber.poll(0.3) is None
+            with pytest.raises(WharfClientError, match="nothing to commit"):
+                await subscriber.commit()
+        return consumed
+
+    consumed = run(scenario())
+    assert [message.body for message in consumed] == [f"q1-{i}".encode() for i in range(5)]
+
+
+def test_a_nacked_message_comes_again(broker: BrokerProcess) -> None:
+    topic = new_topic(broker, 1)
+
+    async def scenario() -> list[tuple[bytes, int]]:
+        async with AsyncProducer(broker.url) as producer:
+            await producer.send_batch(topic, [OutgoingMessage(b"n0"), OutgoingMessage(b"n1")])
+        async with AsyncSubscriber(broker.url, topic, "nackers", start="first") as subscriber:
+            first = await subscriber.poll(10)
+            assert first is not None
+            await subscriber.nack(first)
+            again = await take(subscriber.poll, 2)
+        return [(m.body, m.message.reconsume_times) for m in [first, *again]]
+
+    assert sorted(run(scenario())) == [(b"n0", 0), (b"n0", 1), (b"n1", 0)]
+
+
+def test_a_refused_subscription_raises_the_close_as_a_broker_error(broker: BrokerProcess) -> None:
+    topic = new_topic(broker, 1)
+
+    async def scenario() -> None:
+        async with AsyncSubscriber(broker.url, topic, "bad", sql92="a >"):
+            pass
+
+    with pytest.raises(BrokerError) as refused:
+        run(scenario())
+    assert (refused.value.status, refused.value.error_code, refused.value.body["close_code"]) == (
+        400,
+        40015,
+        4400,
+    )
+
+
+@pytest.mark.slow
+def test_a_subscriber_opens_its_socket_again_after_the_broker_restarts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """What the old socket delivered and was not acknowledged comes again over the new one, once:
+    the copies still waiting in the subscriber are dropped."""
+    process = BrokerProcess(tmp_path_factory.mktemp("restart") / "store")
+    process.env["WHARF_ADVERTISED_URL"] = process.url
+    process.start()
+    try:
+        topic = new_topic(process, 1)
+        before = [f"b{i}".encode() for i in range(5)]
+
+        async def scenario() -> list[bytes]:
+            async with AsyncSubscriber(process.url, topic, "survivors", start="first") as subscriber:
+                async with AsyncProducer(process.url) as producer:
+                    await producer.send_batch(topic, [OutgoingMessage(body) for body in before])
+                taken = await take(subscriber.poll, 2)
+                await subscriber.commit()  # b0 and b1; b2-b4 wait in the subscriber, unacknowledged
+                assert subscriber._cache.qsize() == 3
+                await asyncio.to_thread(process.stop)  # closes the socket with 1001
+                await asyncio.to_thread(process.start)
+                async with AsyncProducer(process.url) as producer:
+                    await producer.send(topic, "after")
+                taken += await take(subscriber.poll, 4)
+                assert await subscriber.poll(0.3) is None
+            return [message.body for message in taken]
+
+        assert run(scenario()) == [*before, b"after"]
+    finally:
+        process.stop()
