@@ -118,10 +118,34 @@ cdef inline int16_t read_i16(const uint8_t* at) noexcept nogil:
 # ---------------------------------------------------------------------------------------------
 # Text: UTF-8 validation as strict as Python's decoder, JSON strings as orjson writes them.
 
+# Eight bytes at a time (SWAR): which words hold a byte that needs a closer look.
+cdef uint64_t ONES = 0x0101010101010101ULL
+cdef uint64_t HIGHS = 0x8080808080808080ULL
+
+
+cdef inline uint64_t load(const uint8_t* at) noexcept nogil:
+    cdef uint64_t word
+    memcpy(&word, at, 8)
+    return word
+
+
+cdef inline bint has_byte(uint64_t word, uint8_t value) noexcept nogil:
+    cdef uint64_t x = word ^ (ONES * value)
+    return ((x - ONES) & ~x & HIGHS) != 0
+
+
+cdef inline bint needs_escape(uint64_t word) noexcept nogil:
+    """Whether a byte of ``word`` is below 0x20, a quote or a backslash (exact, no false negative)."""
+    return (((word - ONES * 0x20) & ~word & HIGHS) != 0) or has_byte(word, 34) or has_byte(word, 92)
+
+
 cdef bint valid_utf8(const uint8_t* text, Py_ssize_t length) noexcept nogil:
     cdef Py_ssize_t i = 0
     cdef uint8_t c, c1
     while i < length:
+        if i + 8 <= length and (load(text + i) & HIGHS) == 0:
+            i += 8
+            continue
         c = text[i]
         if c < 0x80:
             i += 1
@@ -172,9 +196,14 @@ cdef int put_json_string(Buffer* buffer, const uint8_t* text, Py_ssize_t length)
     cdef char escape[6]
     reserve(buffer, length + 2)
     put(buffer, b'"', 1)
-    for i in range(length):
+    i = 0
+    while i < length:
+        if i + 8 <= length and not needs_escape(load(text + i)):
+            i += 8
+            continue
         c = text[i]
         if c >= 0x20 and c != 34 and c != 92:
+            i += 1
             continue
         if i > run:
             put(buffer, <const char*>text + run, i - run)
@@ -201,6 +230,7 @@ cdef int put_json_string(Buffer* buffer, const uint8_t* text, Py_ssize_t length)
             escape[4] = HEX_LOWER[c >> 4]
             escape[5] = HEX_LOWER[c & 15]
             put(buffer, escape, 6)
+        i += 1
     if length > run:
         put(buffer, <const char*>text + run, length - run)
     put(buffer, b'"', 1)
@@ -450,7 +480,13 @@ def messages_json(records, bint consumed, fallback):
     """A JSON array of the records' message objects."""
     cdef Buffer buffer = Buffer(NULL, 0, 0)
     cdef bint first = True
+    cdef Py_ssize_t estimate = 2
+    if type(records) is list:
+        # Room for text bodies and the fields around them, so that the buffer seldom grows.
+        for record in <list>records:
+            estimate += len(record) + 320
     try:
+        reserve(&buffer, estimate)
         put(&buffer, b"[", 1)
         for record in records:
             if not first:
@@ -753,5 +789,56 @@ def check_record(buf, Py_ssize_t pos, physical_offset, bint with_properties):
         if view.len < pos:
             return NotImplemented
         return check(<const uint8_t*>view.buf, view.len, pos, offset, with_properties)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whether a read is the record a ConsumeQueue entry promises (app.store.record.record_is).
+
+cdef object _python_record_is = None
+
+
+def bind_reader(python_record_is):
+    """Give the kernel the Python twin it hands odd arguments to."""
+    global _python_record_is
+    _python_record_is = python_record_is
+
+
+def record_is(buf, bytes topic, queue_id, queue_offset, physical_offset):
+    """Whether ``buf`` is exactly the message record of that topic, queue and queue offset, stored
+    at ``physical_offset`` (the Python twin's answer, for the same arguments)."""
+    cdef Py_buffer view
+    cdef const uint8_t* record
+    cdef Py_ssize_t size, topic_at, topic_length = len(topic)
+    cdef int32_t body_length
+    cdef int64_t wanted_queue_id, wanted_queue_offset, wanted_offset
+    if type(queue_id) is not int or type(queue_offset) is not int or type(physical_offset) is not int:
+        return _python_record_is(buf, topic, queue_id, queue_offset, physical_offset)
+    try:
+        wanted_queue_id = queue_id
+        wanted_queue_offset = queue_offset
+        wanted_offset = physical_offset
+    except OverflowError:
+        return False  # no stored field holds such a number
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        record = <const uint8_t*>view.buf
+        size = view.len
+        if size < FIXED_SIZE:
+            return False
+        if (
+            read_i32(record) != size
+            or read_i32(record + 4) != MESSAGE_MAGIC_CODE
+            or read_i32(record + POS_QUEUEID) != wanted_queue_id
+            or read_i64(record + POS_QUEUEOFFSET) != wanted_queue_offset
+            or read_i64(record + POS_PHYSICALOFFSET) != wanted_offset
+        ):
+            return False
+        body_length = read_i32(record + POS_BODYLENGTH)
+        topic_at = POS_BODY + <Py_ssize_t>body_length
+        if body_length < 0 or topic_at + 1 + topic_length > size or record[topic_at] != topic_length:
+            return False
+        return memcmp(record + topic_at + 1, <const char*>topic, topic_length) == 0
     finally:
         PyBuffer_Release(&view)

@@ -10,6 +10,7 @@ identity check of a read (:func:`record_is`), and the few fields read on their o
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple, cast
@@ -333,7 +334,7 @@ IDENTITY = struct.Struct(">ii4xi4xqq")
 assert IDENTITY.size == POS_SYSFLAG
 
 
-def record_is(
+def python_record_is(
     buf: bytes | memoryview, topic: bytes, queue_id: int, queue_offset: int, physical_offset: int
 ) -> bool:
     """Whether ``buf`` is exactly the message record a ConsumeQueue entry promises: a whole record
@@ -359,3 +360,10 @@ def record_is(
     if body_len < 0 or topic_at + 1 + len(topic) > size or buf[topic_at] != len(topic):
         return False
     return buf[topic_at + 1 : topic_at + 1 + len(topic)] == topic
+
+
+record_is: Callable[[bytes | memoryview, bytes, int, int, int], bool] = python_record_is
+if compiled is not None:
+    # The compiled check, called per message read; it hands odd arguments to the twin itself.
+    compiled.bind_reader(python_record_is)
+    record_is = compiled.record_is

@@ -352,3 +352,34 @@ def test_check_record_checks_plain_records_itself() -> None:
     struct.pack_into(">q", data, 56, 7)
     checked = compiled.check_record(bytes(data), 0, 4096, True)
     assert checked == record_module.python_check_record(bytes(data), 0, 4096) and checked is not None
+
+
+@needs_extension
+@settings(max_examples=1500, deadline=None)
+@given(
+    logs(),
+    st.integers(0, 300),
+    st.sampled_from(["true", "other", "other", "huge"]),
+    st.tuples(st.integers(0, 2), st.sampled_from([-1, 1])),
+    st.sampled_from([None, None, None, b"", b"T", b"orders"]),
+)
+def test_record_is_matches_its_python_twin(
+    log: tuple[bytes, int, int], length: int, which: str, nudge: tuple[int, int], topic: bytes | None
+) -> None:
+    """A read of ``length`` bytes at a position, asked whether it is a record with these fields:
+    the record's own, one of them off by one, or numbers no stored field can hold."""
+    data, position, offset = log
+    read = memoryview(data)[position : position + length]
+    fields = (0, 0, offset)
+    found = record_module.python_check_record(data, position, offset, False)
+    if found:
+        read = memoryview(data)[position : position + found.size] if length % 4 else read
+        fields = (found.queue_id, found.queue_offset, offset)
+        topic = found.topic.encode() if topic is None else topic
+    if which == "huge":
+        fields = (2**31, 2**63, -(2**63) - 1)
+    elif which == "other":
+        fields = tuple(field + nudge[1] if index == nudge[0] else field for index, field in enumerate(fields))
+    arguments = (read, topic or b"", *fields)
+    assert record_module.record_is(*arguments) == record_module.python_record_is(*arguments)
+    assert record_module.record_is is compiled.record_is
