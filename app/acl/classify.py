@@ -322,6 +322,7 @@ RULES: tuple[Rule, ...] = (
     Rule("WEBSOCKET", "/v1/ws/subscribe", ws_subscribe, "SUB on the topic, and on `group`"),
     Rule("WEBSOCKET", "/v1/ws/produce", ws_produce, "PUB on the topic; admin if it would be created"),
     Rule("WEBSOCKET", "/v1/ha/replicate", Need.admin("replicating the CommitLog to a slave"), "admin"),
+    Rule("GET", "/v1/ha/metadata", Need.admin("copying topics and offsets to a slave"), "admin"),
 )
 
 _COMPILED = tuple((rule, rule.pattern) for rule in RULES)

@@ -2,16 +2,17 @@
 
 ``/v1/ha/replicate?offset=N&broker_id=B&url=U``: the slave asks for the CommitLog from offset N;
 the master answers with binary frames (8-byte big-endian CommitLog offset, then whole records) and
-the slave sends text frames ``{"acked_offset": M}``.
+the slave sends text frames ``{"acked_offset": M}``. ``GET /v1/ha/metadata``: the master's topic
+configurations and offsets, which a slave follows (app.broker.ha_metadata).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, WebSocket
+from fastapi import APIRouter, Query, WebSocket
 from pydantic import BaseModel, Field
 
 from app.api.topics import BrokerDep
@@ -47,6 +48,43 @@ class HaOut(BaseModel):
 @router.get("/v1/admin/ha", response_model=HaOut, summary="Replication: this broker's role and its slaves")
 async def ha_status(broker: BrokerDep) -> dict[str, Any]:
     return broker.ha_status()
+
+
+class TopicConfigOut(BaseModel):
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool
+
+
+class OffsetOut(BaseModel):
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+class MetadataOut(BaseModel):
+    version: int = Field(description="The master's metadata version: pass it back to wait for a change")
+    topics: list[TopicConfigOut] = Field(description="Every topic configuration of the master")
+    offsets: list[OffsetOut] = Field(description="Every committed consumer offset of the master")
+
+
+@router.get(
+    "/v1/ha/metadata",
+    response_model=MetadataOut,
+    summary="Replication: the master's topics and offsets, held until they change (a slave's long poll)",
+)
+async def ha_metadata(
+    broker: BrokerDep,
+    version: Annotated[int, Query(ge=-1, description="The version the slave holds; -1: none")] = -1,
+    wait_ms: Annotated[
+        int,
+        Query(ge=0, le=60_000, description="Longest hold when nothing changed (at most WHARF_MAX_WAIT_MS)"),
+    ] = 0,
+) -> dict[str, Any]:
+    return await broker.master_metadata(version, wait_ms)
 
 
 def _int_param(websocket: WebSocket, name: str) -> int:

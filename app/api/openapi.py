@@ -68,6 +68,7 @@ OPERATION_IDS: dict[str, str] = {
     "clean": "cleanStore",
     "disk_usage": "getDiskUsage",
     "ha_status": "getReplication",
+    "ha_metadata": "getReplicationMetadata",
     "healthz": "getHealth",
     "readyz": "getReadiness",
     "stats": "getStats",
@@ -137,6 +138,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         404: "No live master in the named cluster or brokers (40406)",
         409: "The topic exists with another configuration (40901)",
         413: "A bulk create lists more than 1,000 topics (41304), or the request is too large (41303)",
+        421: "This broker is a slave: topics are created on its master (42101)",
     },
     "listTopics": {400: "A bad `limit` (40012) or `cursor` (40013)"},
     "getTopic": {**_TOPIC},
@@ -226,6 +228,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "cleanStore": {},
     "getDiskUsage": {},
     "getReplication": {},
+    "getReplicationMetadata": {421: "This broker is a slave: ask its master (42101)"},
     "getHealth": {},
     "getReadiness": {
         503: "The store is opening or closing (50301), or the route registry cannot be reached (50303)"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.broker import repeats
+from app.broker import ha_metadata, repeats
 from app.broker.delay import DelayedDelivery, is_delayed
 from app.broker.errors import (
     BadRequestError,
@@ -30,6 +30,7 @@ from app.broker.errors import (
 from app.broker.group_config import GroupConfig, GroupConfigs
 from app.broker.groups import ConsumerGroups
 from app.broker.ha_master import SEND_OK, AppendSignal, HaMaster
+from app.broker.ha_metadata import MetadataVersion
 from app.broker.ha_slave import HaSlave
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
@@ -122,12 +123,18 @@ class Broker:
         )
         self.transactions = Transactions(self)
         # Replication: a master streams to slaves, a slave copies its master.
+        self.metadata = MetadataVersion()  # bumped by topic changes; slaves wait on it
         self.ha_master: HaMaster | None = None
         self.ha_slave: HaSlave | None = None
         if settings.broker_role == "SLAVE":
             store.replica = True
             self.ha_slave = HaSlave(
-                store, self.find_master, settings.broker_id, settings.resolved_advertised_url
+                store,
+                self.find_master,
+                settings.broker_id,
+                settings.resolved_advertised_url,
+                self.apply_master_metadata,
+                settings.ha_metadata_interval_ms,
             )
         else:
             self.ha_master = HaMaster(store, ha_signal or AppendSignal(), settings.ha_sync_timeout_ms)
@@ -152,6 +159,30 @@ class Broker:
         if self.ha_master is None:
             raise self._slave_refusal("replication")
         return self.ha_master
+
+    def refuse_on_slave(self, what: str) -> None:
+        """MisdirectedError (naming the master) on a slave: ``what`` is changed on the master only."""
+        if self.is_slave:
+            raise self._slave_refusal(what)
+
+    async def master_metadata(self, version: int, wait_ms: int) -> dict[str, Any]:
+        """A master's topic configurations and offsets for a slave (app.broker.ha_metadata), once
+        its metadata version is not ``version`` or ``wait_ms`` (at most WHARF_MAX_WAIT_MS, as a held
+        pull) have passed."""
+        self.require_master()
+        await self.metadata.wait_past(version, min(wait_ms, self.settings.max_wait_ms) / 1000)
+        return ha_metadata.snapshot(self.metadata.version, self.topics, self.store)
+
+    async def apply_master_metadata(self, answer: dict[str, Any]) -> None:
+        """A slave takes its master's topic configurations and the offsets ahead of its own."""
+        upserted, deleted = await asyncio.to_thread(
+            ha_metadata.apply_topics, self.topics, self.store, answer["topics"]
+        )
+        for name in deleted:
+            self.metrics.forget_topic(name)
+        if upserted or deleted:
+            await self.topics_changed(upserted, deleted)
+        await asyncio.to_thread(ha_metadata.apply_offsets, self.store, answer["offsets"])
 
     def _slave_refusal(self, what: str) -> MisdirectedError:
         master = self.ha_slave.master_url if self.ha_slave is not None else ""
@@ -223,6 +254,7 @@ class Broker:
     async def delete_topic(self, name: str) -> None:
         """Delete a topic here: its configuration, queues, groups' offsets and its messages (which
         never come back, not even for a retried unique id)."""
+        self.refuse_on_slave("topic changes")
         await self.topic(name)
         await self.require_registry()
         await asyncio.to_thread(self.topics.delete, name)
@@ -237,6 +269,7 @@ class Broker:
 
     async def topics_changed(self, upserted: Iterable[TopicConfig] = (), deleted: Iterable[str] = ()) -> None:
         """Publish these created or deleted topics to the route registry (everything when none given)."""
+        self.metadata.bump()
         if self.routing is not None:
             await self.routing.topics_changed(upserted, deleted)
 

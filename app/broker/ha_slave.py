@@ -2,7 +2,8 @@
 asks for the CommitLog from its own end, writes each chunk at the same offsets
 (:meth:`MessageStore.append_replica`, which dispatches the messages to its ConsumeQueues and
 index) and acknowledges after each chunk and at least every second. A lost connection is tried
-again with a growing backoff, from wherever its log then ends."""
+again with a growing backoff, from wherever its log then ends. Beside it, the slave follows the
+master's topic configurations and consumer offsets (app.broker.ha_metadata)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+import httpx
 import websockets
 
 from app.broker.ha_master import unframe
@@ -21,12 +24,15 @@ from app.store import MessageStore
 log = logging.getLogger(__name__)
 
 REPLICATE_PATH = "/v1/ha/replicate"
+METADATA_PATH = "/v1/ha/metadata"
 ACK_INTERVAL_S = 1.0
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
 
 # The master's address (http://host:port), or "" when it is not known yet.
 MasterFinder = Callable[[], Awaitable[str]]
+# Applies a metadata answer of the master (app.broker.ha_metadata) to this broker.
+MetadataApplier = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def replicate_url(master_url: str, offset: int, broker_id: int, own_url: str) -> str:
@@ -37,42 +43,74 @@ def replicate_url(master_url: str, offset: int, broker_id: int, own_url: str) ->
 
 
 class HaSlave:
-    def __init__(self, store: MessageStore, find_master: MasterFinder, broker_id: int, own_url: str) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        find_master: MasterFinder,
+        broker_id: int,
+        own_url: str,
+        apply_metadata: MetadataApplier | None = None,
+        metadata_interval_ms: int = 10_000,
+    ) -> None:
         self.store = store
         self.find_master = find_master
         self.broker_id = broker_id
         self.own_url = own_url
+        self.apply_metadata = apply_metadata
+        self.metadata_interval_ms = metadata_interval_ms
+        self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
         self.connected = False
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="ha-slave")
+        self._tasks = [asyncio.create_task(self._retrying("replication", self._replicate), name="ha-slave")]
+        if self.apply_metadata is not None:
+            self._tasks.append(
+                asyncio.create_task(
+                    self._retrying("metadata sync", self._follow_metadata), name="ha-metadata"
+                )
+            )
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
 
-    async def _run(self) -> None:
+    async def _retrying(self, what: str, follow: Callable[[str], Awaitable[None]]) -> None:
+        """Run ``follow(master)`` again after each failure, with a growing backoff."""
         backoff = BACKOFF_FIRST_S
         while True:
             try:
                 master = await self.find_master()
                 if master:
                     self.master_url = master
-                    await self._replicate(master)
+                    await follow(master)
                     backoff = BACKOFF_FIRST_S
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a lost master, a refused chunk: try again later
-                log.warning("replication from %s stopped: %s", self.master_url or "(no master)", error)
-            finally:
-                self.connected = False
+                log.warning("%s from %s stopped: %s", what, self.master_url or "(no master)", error)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _follow_metadata(self, master: str) -> None:
+        """Ask for the master's metadata again as soon as the last answer is applied: the master
+        holds each request until its metadata changes or the interval passes."""
+        assert self.apply_metadata is not None
+        wait_ms = self.metadata_interval_ms
+        async with httpx.AsyncClient(base_url=master, timeout=wait_ms / 1000 + 10) as http:
+            while True:
+                response = await http.get(
+                    METADATA_PATH, params={"version": self.metadata_version, "wait_ms": wait_ms}
+                )
+                response.raise_for_status()
+                answer = response.json()
+                await self.apply_metadata(answer)
+                self.metadata_version = answer["version"]
 
     async def _replicate(self, master: str) -> None:
         offset = self.store.commitlog.max_offset
@@ -89,6 +127,7 @@ class HaSlave:
                     await asyncio.to_thread(self.store.append_replica, start, data)
                     await self._ack(connection)
             finally:
+                self.connected = False
                 acks.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await acks

@@ -44,6 +44,7 @@ class Placement:
 
 async def create_topic(broker: Broker, wanted: TopicConfig) -> bool:
     """Create ``wanted`` here: True if it was made, False if it was there already, as wanted."""
+    broker.refuse_on_slave("topic changes")
     existing = broker.topics.get(wanted.name)
     if existing is not None:
         if existing != wanted:
@@ -61,6 +62,7 @@ async def create_topics(
     broker: Broker, wanted: Sequence[TopicConfig]
 ) -> list[tuple[TopicConfig, bool] | BrokerError]:
     """Create a list of topics: per topic, (its configuration, whether it was made) or the refusal."""
+    broker.refuse_on_slave("topic changes")
     if len(wanted) > MAX_BULK_TOPICS:
         raise TooManyTopicsError(
             f"at most {MAX_BULK_TOPICS} topics per request, got {len(wanted)}: send them in several"

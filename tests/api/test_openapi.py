@@ -57,6 +57,7 @@ OPERATION_IDS = {
     ("post", "/v1/admin/clean"): "cleanStore",
     ("get", "/v1/admin/disk"): "getDiskUsage",
     ("get", "/v1/admin/ha"): "getReplication",
+    ("get", "/v1/ha/metadata"): "getReplicationMetadata",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/v1/stats"): "getStats",

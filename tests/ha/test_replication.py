@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,24 @@ TOPIC = "replicated"
 QUEUES = 2
 
 
+# How long a slave's metadata request waits for a change before it copies the offsets again.
+METADATA_INTERVAL_MS = 300
+
+
 def make_slave(tmp_path: Path, master: BrokerProcess, name: str = "slave") -> BrokerProcess:
-    return BrokerProcess(tmp_path / name, broker_role="SLAVE", broker_id=1, ha_master_url=master.url)
+    return BrokerProcess(
+        tmp_path / name,
+        broker_role="SLAVE",
+        broker_id=1,
+        ha_master_url=master.url,
+        ha_metadata_interval_ms=METADATA_INTERVAL_MS,
+    )
+
+
+def topic_config(broker: BrokerProcess, name: str) -> dict[str, Any] | None:
+    response = httpx.get(f"{broker.url}/v1/topics/{name}")
+    assert response.status_code in (200, 404), response.text
+    return dict(response.json()) if response.status_code == 200 else None
 
 
 @pytest.fixture
@@ -27,9 +44,9 @@ def pair(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     master = BrokerProcess(tmp_path / "master").start()
     slave = make_slave(tmp_path, master).start()
     try:
-        for broker in (master, slave):  # topic configs do not follow yet: each is told the topic
-            response = httpx.post(f"{broker.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES})
-            assert response.status_code in (200, 201), response.text
+        response = httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES})
+        assert response.status_code == 201, response.text
+        wait_until(lambda: topic_config(slave, TOPIC), what="the topic to reach the slave")
         yield master, slave
     finally:
         slave.kill()
@@ -174,6 +191,77 @@ def test_a_sync_master_answers_after_its_slave_holds_the_message(tmp_path: Path)
         wait_until(lambda: caught_up(master, slave), what="the resumed slave to catch up")
         answer = produce(master, ["again"])
         assert [result["status"] for result in answer.json()["results"]] == ["SEND_OK"]
+    finally:
+        slave.kill()
+        master.kill()
+
+
+def test_topics_follow_the_master_and_a_slave_refuses_to_change_them(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    master, slave = pair
+    created = httpx.post(f"{master.url}/v1/topics", json={"name": "later", "queues": 3, "order": True})
+    assert created.status_code == 201, created.text
+    copied = wait_until(lambda: topic_config(slave, "later"), what="the new topic to reach the slave")
+    assert copied == topic_config(master, "later")
+
+    refused_create = httpx.post(f"{slave.url}/v1/topics", json={"name": "mine", "queues": 1})
+    refused_delete = httpx.delete(f"{slave.url}/v1/topics/later")
+    for refused in (refused_create, refused_delete):
+        assert (refused.status_code, refused.json()["error_code"]) == (421, 42101), refused.text
+        assert refused.headers["location"] == master.url
+    assert topic_config(slave, "mine") is None and topic_config(slave, "later") is not None
+
+    assert httpx.delete(f"{master.url}/v1/topics/later").status_code in (200, 204)
+    wait_until(lambda: topic_config(slave, "later") is None, what="the deletion to reach the slave")
+
+
+def committed(broker: BrokerProcess, group: str) -> dict[int, int | None]:
+    answer = httpx.get(f"{broker.url}/v1/groups/{group}/offsets", params={"topic": TOPIC}).json()
+    return {row["queue_id"]: row["committed_offset"] for row in answer["offsets"]}
+
+
+def commit(broker: BrokerProcess, group: str, offset: int) -> None:
+    body = {"offsets": [{"topic": TOPIC, "queue_id": 0, "offset": offset}]}
+    response = httpx.put(f"{broker.url}/v1/groups/{group}/offsets", json=body)
+    assert response.status_code == 200, response.text
+
+
+def test_offsets_follow_the_master_and_the_greater_offset_wins(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    master, slave = pair
+    assert produce(master, [f"m{number}" for number in range(12)]).status_code == 200
+    wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
+    commit(master, "billing", 3)
+    wait_until(lambda: committed(slave, "billing").get(0) == 3, what="the offset to reach the slave")
+
+    # Committed on the slave (a consumer that read there while the master was away): kept, not
+    # moved back by the master's older offset.
+    commit(slave, "billing", 5)
+    commit(master, "billing", 4)
+    commit(master, "other", 2)
+    wait_until(lambda: committed(slave, "other").get(0) == 2, what="a later offset to reach the slave")
+    assert committed(slave, "billing")[0] == 5
+    commit(master, "billing", 6)
+    wait_until(lambda: committed(slave, "billing").get(0) == 6, what="the greater offset to reach the slave")
+
+
+def test_a_topic_change_reaches_the_slave_at_once_not_at_the_next_interval(tmp_path: Path) -> None:
+    """The slave's metadata request is held until the master's topics change, then answered."""
+    master = BrokerProcess(tmp_path / "master").start()
+    slave = BrokerProcess(
+        tmp_path / "slave",
+        broker_role="SLAVE",
+        broker_id=1,
+        ha_master_url=master.url,
+        ha_metadata_interval_ms=60_000,
+    ).start()
+    try:
+        wait_until(lambda: ha(slave)["connected"], what="the slave to connect")
+        time.sleep(0.5)  # its first metadata request answered, the next one held
+        assert httpx.post(f"{master.url}/v1/topics", json={"name": "prompt", "queues": 1}).status_code == 201
+        wait_until(lambda: topic_config(slave, "prompt"), timeout_s=10, what="the topic to reach the slave")
     finally:
         slave.kill()
         master.kill()

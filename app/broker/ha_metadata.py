@@ -1,0 +1,79 @@
+"""Metadata a slave copies from its master besides the CommitLog (RocketMQ's SlaveSynchronize):
+topic configurations and consumer offsets.
+
+The master answers ``GET /v1/ha/metadata?version=V&wait_ms=W`` with ``{"version", "topics",
+"offsets"}``, at once when its metadata version is not ``V`` (a topic was created, changed or
+deleted since), else once it changes or ``W`` ms have passed. The slave asks again as soon as it has
+applied an answer, so topic changes follow at once and offsets at least every ``W`` ms.
+
+A slave takes the master's topic configurations as they are (creating, changing and deleting its
+own) and each committed offset that is ahead of its own: an offset committed on the slave while the
+master was away is not moved back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from typing import Any
+
+from app.routing.topic_config import TopicConfig, TopicConfigManager
+from app.store import MessageStore
+
+
+class MetadataVersion:
+    """A counter of metadata changes that waiters can wait on."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._changed = asyncio.Event()
+
+    def bump(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_past(self, version: int, timeout_s: float) -> None:
+        """Return once the version is not ``version``, or after ``timeout_s``."""
+        if self.version != version:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+
+
+def snapshot(version: int, topics: TopicConfigManager, store: MessageStore) -> dict[str, Any]:
+    """What a slave copies: the master's topic configurations and committed offsets."""
+    return {
+        "version": version,
+        "topics": [dataclasses.asdict(config) for config in topics.all()],
+        "offsets": [entry._asdict() for entry in store.consumer_offsets.all()],
+    }
+
+
+def apply_topics(
+    topics: TopicConfigManager, store: MessageStore, found: list[dict[str, Any]]
+) -> tuple[list[TopicConfig], list[str]]:
+    """Make the slave's topic configurations the master's, and drop the queues and offsets of the
+    topics the master deleted, as it did; (upserted, deleted)."""
+    wanted = {config.name: config for config in (TopicConfig(**fields) for fields in found)}
+    upserted = [config for name, config in wanted.items() if topics.get(name) != config]
+    for config in upserted:
+        topics.put(config)
+    deleted = [config.name for config in topics.all() if config.name not in wanted]
+    for name in deleted:
+        topics.delete(name)
+        store.delete_topic(name)
+    return upserted, deleted
+
+
+def apply_offsets(store: MessageStore, found: list[dict[str, Any]]) -> int:
+    """Take each of the master's committed offsets that is ahead of the slave's; how many moved."""
+    offsets = store.consumer_offsets
+    moved = 0
+    for entry in found:
+        group, topic, queue_id, offset = entry["group"], entry["topic"], entry["queue_id"], entry["offset"]
+        if offset > offsets.committed(group, topic, queue_id):
+            offsets.commit(group, topic, queue_id, offset)
+            moved += 1
+    return moved
