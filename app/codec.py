@@ -32,6 +32,7 @@ import orjson
 
 from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
 from app.store.kernel import compiled
+from app.store.record import StoredMessage, decode_record
 from app.store.record_format import (
     HEADER,
     POS_BODY,
@@ -336,6 +337,18 @@ def encode_batch(messages: Iterable[IncomingMessage]) -> bytes:
         parts.append(_U32.pack(len(message.body)))
         parts.append(message.body)
     return _BATCH_HEAD.pack(BATCH_MAGIC, count) + b"".join(parts)
+
+
+def python_decode_records(data: bytes | memoryview) -> list[StoredMessage]:
+    """The messages of a binary pull answer (or a ``format=binary`` frame): its records, decoded."""
+    return [decode_record(raw) for raw in split_records(data)]
+
+
+def decode_records(data: bytes | memoryview) -> list[StoredMessage]:
+    """:func:`python_decode_records`, in the compiled kernel when it is loaded (app.store.kernel)."""
+    if compiled is None:
+        return python_decode_records(data)
+    return cast("list[StoredMessage]", compiled.decode_records(data, python_decode_records))
 
 
 def split_records(data: bytes | memoryview) -> list[memoryview]:

@@ -12,6 +12,7 @@ bodies with a unique id, a tag and two keys; and 128 B bodies):
 * ``messages_json``: 1,000 stored records into the pull API's JSON array.
 * ``check_record``: recovery's check of one stored record at its offset.
 * ``record_is``: a read's check that it is the record its ConsumeQueue entry names.
+* ``decode_records``: a client's decoding of binary pull answers of 100 records into messages.
 
 Figures are operations (messages) per second, the median of the repeats. Without the extension
 (not built, or ``WHARF_KERNEL=python``) the benchmark says so and stops.
@@ -94,6 +95,7 @@ def rows(plan: Plan, size: int) -> list[Result]:
         for i, (view, start) in enumerate(zip(views, starts, strict=True))
     ]
     pulls = [views[start : start + 1000] for start in range(0, len(views), 1000)]
+    answers = [b"".join(records[start : start + 100]) for start in range(0, len(records), 100)]
 
     def encode(encoder: Callable[..., object]) -> Callable[[], object]:
         return lambda: [encoder(message, HOST, 1, LIMITS) for message in batch]
@@ -107,11 +109,15 @@ def rows(plan: Plan, size: int) -> list[Result]:
     def encode_json(encoder: Callable[..., bytes]) -> Callable[[], object]:
         return lambda: [encoder(pull) for pull in pulls]
 
+    def decode(decoder: Callable[..., object]) -> Callable[[], object]:
+        return lambda: [decoder(answer) for answer in answers]
+
     pairs = [
         ("encode_record", encode(record_format.python_encode_record), encode(record_format.encode_record)),
         ("messages_json", encode_json(codec.python_messages_json), encode_json(codec.messages_json)),
         ("check_record", check(record.python_check_record), check(record.check_record)),
         ("record_is", identify(record.python_record_is), identify(record.record_is)),
+        ("decode_records", decode(codec.python_decode_records), decode(codec.decode_records)),
     ]
     samples: dict[str, list[float]] = {f"{name} {kind}": [] for name, _, _ in pairs for kind in ("py", "c")}
     for _ in range(plan.repeats):

@@ -18,7 +18,7 @@ system writes and reads one ordered log.
   ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async`` awaited together per
   batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf binary: binary batches
   (``application/vnd.wharf.batch``) POSTed over keep-alive connections, then pulls with
-  ``Accept: application/vnd.wharf.records``, every record decoded (``decode_record``). Wharf JSON:
+  ``Accept: application/vnd.wharf.records``, every record decoded (``decode_records``, the compiled kernel's decoder the client uses). Wharf JSON:
   ``{"messages": [...]}`` with base64 bodies, then JSON pulls with the bodies decoded. Every reader
   checks it got every message and every byte. The broker process's CPU time per message (from
   ``/proc/<pid>/stat``) is reported for each system whose process this machine shows.
@@ -52,8 +52,14 @@ import redis.asyncio as aioredis
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from websockets.asyncio.client import connect
 
-from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch, split_records
-from app.store.record import decode_record
+from app.codec import (
+    BATCH_MEDIA_TYPE,
+    RECORDS_MEDIA_TYPE,
+    IncomingMessage,
+    decode_records,
+    encode_batch,
+    split_records,
+)
 from bench import harness
 from bench.harness import Result, Target
 from bench.http_load import cpu_seconds
@@ -348,7 +354,7 @@ class WharfLane(Lane):
             answer = await self.http.get(url, params=params, headers=headers)
             answer.raise_for_status()
             if self.binary:
-                records = [decode_record(raw) for raw in split_records(answer.content)]
+                records = decode_records(answer.content)
                 size += sum(len(record.body) for record in records)
                 got = len(records)
                 offset = int(answer.headers["x-wharf-next-offset"])

@@ -29,8 +29,7 @@ from app.client.auth import User, basic_auth
 from app.client.consumer import MOVE_ON, ConsumedMessage
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.routes import MessageQueue
-from app.codec import RECORDS_MEDIA_TYPE, split_records
-from app.store.record import decode_record
+from app.codec import RECORDS_MEDIA_TYPE, decode_records
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +241,7 @@ class AsyncConsumer(AsyncHttpOwner):
             status = response.headers["x-wharf-status"]
             next_offset = int(response.headers["x-wharf-next-offset"])
             if status == "FOUND":
-                records = [decode_record(raw) for raw in split_records(response.content)]
+                records = decode_records(response.content)
                 self._cached_messages += len(records)
                 self._cached_bytes += sum(record.size for record in records)
                 for record in records:

@@ -40,8 +40,7 @@ from app.client.auth import User, basic_auth
 from app.client.consumer import ConsumedMessage
 from app.client.errors import BrokerError, WharfClientError
 from app.client.routes import MessageQueue
-from app.codec import split_records
-from app.store.record import decode_record
+from app.codec import decode_records
 
 log = logging.getLogger(__name__)
 
@@ -368,8 +367,7 @@ class AsyncSubscriber:
     def _take(self, socket: _Socket, frame: str | bytes) -> None:
         if isinstance(frame, bytes):
             generation = socket.generation
-            for raw in split_records(frame):
-                record = decode_record(raw)
+            for record in decode_records(frame):
                 self._cache.put_nowait(
                     (socket, generation, ConsumedMessage(record, socket.queue(record.queue_id)))
                 )

@@ -26,8 +26,8 @@ import httpx
 from app.client.auth import User, basic_auth
 from app.client.errors import BrokerError, raise_for_envelope
 from app.client.routes import MessageQueue, RouteCache
-from app.codec import RECORDS_MEDIA_TYPE, split_records
-from app.store.record import StoredMessage, decode_record
+from app.codec import RECORDS_MEDIA_TYPE, decode_records
+from app.store.record import StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class PullConsumer:
                 status = response.headers["x-wharf-status"]
                 next_offset = int(response.headers["x-wharf-next-offset"])
                 if status == "FOUND":
-                    records = [decode_record(raw) for raw in split_records(response.content)]
+                    records = decode_records(response.content)
                     with self._room:
                         self._cached_messages += len(records)
                         self._cached_bytes += sum(record.size for record in records)

@@ -842,3 +842,97 @@ def record_is(buf, bytes topic, queue_id, queue_offset, physical_offset):
         return memcmp(record + topic_at + 1, <const char*>topic, topic_length) == 0
     finally:
         PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# A binary pull answer back into messages (app.codec.decode_records), for clients.
+
+cdef object _StoredMessage = None
+
+
+def bind_decoder(stored_message):
+    """Give the kernel the class it decodes records into."""
+    global _StoredMessage
+    _StoredMessage = stored_message
+
+
+cdef object decode_one(const uint8_t* record, Py_ssize_t size):
+    """The record's StoredMessage, or None when it is not a whole, valid message record."""
+    cdef int32_t body_length
+    cdef int16_t properties_length
+    cdef Py_ssize_t body_end, topic_end, properties_start, at, item_end, cut
+    cdef dict properties = {}
+    if size < FIXED_SIZE or read_i32(record + 4) != MESSAGE_MAGIC_CODE or read_i32(record) != size:
+        return None
+    body_length = read_i32(record + POS_BODYLENGTH)
+    if body_length < 0 or body_length > size - FIXED_SIZE:
+        return None
+    body_end = POS_BODY + body_length
+    topic_end = body_end + 1 + record[body_end]
+    if topic_end + 2 > size:
+        return None
+    properties_length = read_i16(record + topic_end)
+    properties_start = topic_end + 2
+    if properties_length < 0 or properties_start + properties_length != size:
+        return None
+    if not is_ascii(record + body_end + 1, topic_end - body_end - 1):
+        return None
+    if not valid_utf8(record + properties_start, properties_length):
+        return None
+    at = properties_start
+    while at < size:
+        item_end = at
+        while item_end < size and record[item_end] != 2:
+            item_end += 1
+        if item_end > at:
+            cut = at
+            while cut < item_end and record[cut] != 1:
+                cut += 1
+            properties[PyUnicode_DecodeUTF8(<char*>record + at, cut - at, NULL)] = (
+                PyUnicode_DecodeUTF8(<char*>record + cut + 1, item_end - cut - 1, NULL) if cut < item_end else ""
+            )
+        at = item_end + 1
+    return _StoredMessage(
+        PyUnicode_DecodeASCII(<char*>record + body_end + 1, topic_end - body_end - 1, NULL),
+        read_i32(record + POS_QUEUEID),
+        read_i64(record + POS_QUEUEOFFSET),
+        read_i64(record + POS_PHYSICALOFFSET),
+        size,
+        PyBytes_FromStringAndSize(<char*>record + POS_BODY, body_length),
+        properties,
+        read_i32(record + 16),
+        read_i32(record + 36),
+        read_i32(record + 8),
+        read_i64(record + POS_BORNTIMESTAMP),
+        PyBytes_FromStringAndSize(<char*>record + 48, 8),
+        read_i64(record + POS_STORETIMESTAMP),
+        PyBytes_FromStringAndSize(<char*>record + POS_STOREHOST, 8),
+        read_i32(record + POS_RECONSUMETIMES),
+        read_i64(record + 76),
+    )
+
+
+def decode_records(data, fallback):
+    """The StoredMessages of a binary pull answer (concatenated records); ``fallback(data)`` (the
+    Python twin) answers, or raises, for one this code finds anything wrong with."""
+    cdef Py_buffer view
+    cdef const uint8_t* at
+    cdef Py_ssize_t position = 0, size
+    cdef list messages = []
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        at = <const uint8_t*>view.buf
+        while position < view.len:
+            if view.len - position < 4:
+                return fallback(data)
+            size = read_i32(at + position)
+            if size <= 0 or position + size > view.len:
+                return fallback(data)
+            message = decode_one(at + position, size)
+            if message is None:
+                return fallback(data)
+            messages.append(message)
+            position += size
+    finally:
+        PyBuffer_Release(&view)
+    return messages

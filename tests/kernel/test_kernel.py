@@ -383,3 +383,22 @@ def test_record_is_matches_its_python_twin(
     arguments = (read, topic or b"", *fields)
     assert record_module.record_is(*arguments) == record_module.python_record_is(*arguments)
     assert record_module.record_is is compiled.record_is
+
+
+@needs_extension
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(records(), max_size=4), st.sampled_from(["", "cut", "zero size", "flip"]), st.integers(0, 400)
+)
+def test_decode_records_matches_its_python_twin(found: list[bytes], damage: str, at: int) -> None:
+    """A binary pull answer decoded by the client: the same messages, or the same refusal."""
+    data = bytearray(b"".join(found))
+    if data and damage == "cut":
+        del data[at % len(data) :]
+    elif data and damage == "zero size":
+        data[:4] = bytes(4)
+    elif data and damage == "flip":
+        data[at % len(data)] ^= 0x40
+    expected = encoded(codec.python_decode_records, bytes(data))
+    assert encoded(codec.decode_records, bytes(data)) == expected
+    assert encoded(codec.decode_records, memoryview(bytes(data))) == expected
