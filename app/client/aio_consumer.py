@@ -26,7 +26,7 @@ import httpx
 
 from app.client.aio import AsyncHttpOwner, AsyncRouteCache, bootstrap_list
 from app.client.auth import User, basic_auth
-from app.client.consumer import MOVE_ON, ConsumedMessage
+from app.client.consumer import MOVE_ON, ConsumedMessage, pull_params
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.routes import MessageQueue
 from app.codec import RECORDS_MEDIA_TYPE, decode_records
@@ -213,19 +213,8 @@ class AsyncConsumer(AsyncHttpOwner):
         backoff_s = 0.1
         while True:
             await self._wait_for_room()
-            params: dict[str, str | int] = {
-                "group": self.group,
-                "max_messages": self.batch_size,
-                "max_wait_ms": self.max_wait_ms,
-            }
-            if self.sql92 is not None:
-                params.update(filter_type="sql92", filter=self.sql92)
-            else:
-                params["tags"] = self.tags
-            if offset is not None:
-                params["offset"] = offset
-            else:
-                params["from"] = self.start_from
+            params = pull_params(self.group, self.batch_size, self.max_wait_ms, self.tags, self.sql92)
+            params.update({"offset": offset} if offset is not None else {"from": self.start_from})
             try:
                 response = await self.http.get(url, params=params, headers={"accept": RECORDS_MEDIA_TYPE})
                 raise_for_envelope(response)

@@ -32,7 +32,7 @@ from app.client.aio import AsyncHttpOwner, AsyncRouteCache, OrderedLines, Turn, 
 from app.client.auth import User, basic_auth
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.fault import LatencyFaultTolerance
-from app.client.producer import OutgoingMessage, SendResult
+from app.client.producer import OutgoingMessage, SendResult, send_results
 from app.client.routes import MessageQueue, TopicRoute
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.sharding import queue_for_key
@@ -193,19 +193,7 @@ class AsyncProducer(AsyncHttpOwner):
             headers={"content-type": BATCH_MEDIA_TYPE},
         )
         raise_for_envelope(response)
-        return [
-            SendResult(
-                result["msg_id"],
-                result["unique_id"],
-                result["queue_id"],
-                result["queue_offset"],
-                result["status"],
-                queue.broker_name,
-                queue.address,
-                result.get("transaction_id"),
-            )
-            for result in response.json()["results"]
-        ]
+        return send_results(response, queue)
 
 
 def select_queue(

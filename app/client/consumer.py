@@ -46,6 +46,18 @@ class ConsumedMessage:
         return self.message.body
 
 
+def pull_params(
+    group: str, batch_size: int, max_wait_ms: int, tags: str, sql92: str | None
+) -> dict[str, str | int]:
+    """A consumer's pull parameters, but for where it reads from (``offset`` or ``from``)."""
+    params: dict[str, str | int] = {"group": group, "max_messages": batch_size, "max_wait_ms": max_wait_ms}
+    if sql92 is not None:
+        params.update(filter_type="sql92", filter=sql92)
+    else:
+        params["tags"] = tags
+    return params
+
+
 class PullConsumer:
     def __init__(
         self,
@@ -220,19 +232,8 @@ class PullConsumer:
         backoff_s = 0.1
         with httpx.Client(timeout=self.timeout_s, auth=self._auth) as http:
             while self._wait_for_room():
-                params: dict[str, str | int] = {
-                    "group": self.group,
-                    "max_messages": self.batch_size,
-                    "max_wait_ms": self.max_wait_ms,
-                }
-                if self.sql92 is not None:
-                    params.update(filter_type="sql92", filter=self.sql92)
-                else:
-                    params["tags"] = self.tags
-                if offset is not None:
-                    params["offset"] = offset
-                else:
-                    params["from"] = self.start_from
+                params = pull_params(self.group, self.batch_size, self.max_wait_ms, self.tags, self.sql92)
+                params.update({"offset": offset} if offset is not None else {"from": self.start_from})
                 try:
                     response = http.get(url, params=params, headers={"accept": RECORDS_MEDIA_TYPE})
                     raise_for_envelope(response)

@@ -45,6 +45,23 @@ class SendResult:
     transaction_id: str | None = None  # a begin's: commit or roll back with it
 
 
+def send_results(response: httpx.Response, queue: MessageQueue) -> list[SendResult]:
+    """The results of a produce the broker of ``queue`` answered."""
+    return [
+        SendResult(
+            result["msg_id"],
+            result["unique_id"],
+            result["queue_id"],
+            result["queue_offset"],
+            result["status"],
+            queue.broker_name,
+            queue.address,
+            result.get("transaction_id"),
+        )
+        for result in response.json()["results"]
+    ]
+
+
 class Producer(HttpOwner):
     """Sends messages to the brokers that serve a topic.
 
@@ -218,16 +235,4 @@ class Producer(HttpOwner):
             params=params,
         )
         raise_for_envelope(response)
-        return [
-            SendResult(
-                result["msg_id"],
-                result["unique_id"],
-                result["queue_id"],
-                result["queue_offset"],
-                result["status"],
-                queue.broker_name,
-                queue.address,
-                result.get("transaction_id"),
-            )
-            for result in response.json()["results"]
-        ]
+        return send_results(response, queue)
