@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     ha_master_url: str = ""
     # SYNC_MASTER: a produce not held by an in-sync slave by then answers FLUSH_SLAVE_TIMEOUT.
     ha_sync_timeout_ms: int = Field(3000, ge=1, le=600_000)
+    # A slave's account on its master when the master has an ACL (admin: it reads the CommitLog).
+    ha_access_key: str = ""
+    ha_secret_key: str = ""
     # A slave asks for its master's topics and offsets again after this long without a change.
     ha_metadata_interval_ms: int = Field(10_000, ge=100, le=600_000)
     advertised_url: str = ""  # empty: http://<host>:<port>, a reachable address when host is a wildcard

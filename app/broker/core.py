@@ -135,6 +135,7 @@ class Broker:
                 settings.resolved_advertised_url,
                 self.apply_master_metadata,
                 settings.ha_metadata_interval_ms,
+                (settings.ha_access_key, settings.ha_secret_key) if settings.ha_access_key else None,
             )
         else:
             self.ha_master = HaMaster(store, ha_signal or AppendSignal(), settings.ha_sync_timeout_ms)

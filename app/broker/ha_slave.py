@@ -8,6 +8,7 @@ master's topic configurations and consumer offsets (app.broker.ha_metadata)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -42,6 +43,10 @@ def replicate_url(master_url: str, offset: int, broker_id: int, own_url: str) ->
     return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + REPLICATE_PATH, query, ""))
 
 
+def basic_header(access_key: str, secret_key: str) -> str:
+    return "Basic " + base64.b64encode(f"{access_key}:{secret_key}".encode()).decode("ascii")
+
+
 class HaSlave:
     def __init__(
         self,
@@ -51,6 +56,7 @@ class HaSlave:
         own_url: str,
         apply_metadata: MetadataApplier | None = None,
         metadata_interval_ms: int = 10_000,
+        account: tuple[str, str] | None = None,
     ) -> None:
         self.store = store
         self.find_master = find_master
@@ -58,6 +64,9 @@ class HaSlave:
         self.own_url = own_url
         self.apply_metadata = apply_metadata
         self.metadata_interval_ms = metadata_interval_ms
+        # Sent to a master with an ACL: an admin account's access and secret key, as Basic auth.
+        self.auth = httpx.BasicAuth(*account) if account is not None else None
+        self.headers = {"Authorization": basic_header(*account)} if account is not None else {}
         self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
         self.connected = False
@@ -102,7 +111,7 @@ class HaSlave:
         holds each request until its metadata changes or the interval passes."""
         assert self.apply_metadata is not None
         wait_ms = self.metadata_interval_ms
-        async with httpx.AsyncClient(base_url=master, timeout=wait_ms / 1000 + 10) as http:
+        async with httpx.AsyncClient(base_url=master, timeout=wait_ms / 1000 + 10, auth=self.auth) as http:
             while True:
                 response = await http.get(
                     METADATA_PATH, params={"version": self.metadata_version, "wait_ms": wait_ms}
@@ -115,7 +124,9 @@ class HaSlave:
     async def _replicate(self, master: str) -> None:
         offset = self.store.commitlog.max_offset
         url = replicate_url(master, offset, self.broker_id, self.own_url)
-        async with websockets.connect(url, max_size=None, open_timeout=5) as connection:
+        async with websockets.connect(
+            url, max_size=None, open_timeout=5, additional_headers=self.headers
+        ) as connection:
             self.connected = True
             log.info("replicating from %s at CommitLog offset %d", master, offset)
             acks = asyncio.create_task(self._ack_every_second(connection))

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api.acl_setup import ADMIN, acl_broker
 from tests.api.server import BrokerProcess
 from tests.transactions.transacting import wait_until
 
@@ -265,3 +266,34 @@ def test_a_topic_change_reaches_the_slave_at_once_not_at_the_next_interval(tmp_p
     finally:
         slave.kill()
         master.kill()
+
+
+def test_a_slave_signs_in_to_a_master_with_an_acl(tmp_path: Path) -> None:
+    """With an ACL on the master, replication and metadata need an admin account: the slave's
+    WHARF_HA_ACCESS_KEY and WHARF_HA_SECRET_KEY; without them it is refused and copies nothing."""
+    (tmp_path / "master").mkdir()
+    master = acl_broker(tmp_path / "master").start()
+    signed_in = make_slave(tmp_path, master, "signed-in")
+    signed_in.env.update(WHARF_HA_ACCESS_KEY=ADMIN[0], WHARF_HA_SECRET_KEY=ADMIN[1])
+    anonymous = make_slave(tmp_path, master, "anonymous")
+    try:
+        signed_in.start()
+        anonymous.start()
+        with httpx.Client(base_url=master.url, auth=ADMIN) as admin:
+            assert admin.post("/v1/topics", json={"name": TOPIC, "queues": QUEUES}).status_code == 201
+            messages = [{"body": f"m{number}", "queue_id": 0} for number in range(3)]
+            assert admin.post(f"/v1/topics/{TOPIC}/messages", json={"messages": messages}).status_code == 200
+            wait_until(lambda: topic_config(signed_in, TOPIC), what="the topic to reach the signed-in slave")
+            wait_until(
+                lambda: (
+                    ha(signed_in)["commitlog_max_offset"]
+                    == admin.get("/v1/admin/ha").json()["commitlog_max_offset"]
+                ),
+                what="the signed-in slave to catch up",
+            )
+            assert [slave["url"] for slave in admin.get("/v1/admin/ha").json()["slaves"]] == [signed_in.url]
+        assert ha(anonymous)["connected"] is False and ha(anonymous)["commitlog_max_offset"] == 0
+        assert topic_config(anonymous, TOPIC) is None
+    finally:
+        for broker in (anonymous, signed_in, master):
+            broker.kill()
