@@ -6,14 +6,21 @@ and says which); tests/kernel compares them byte for byte. A record or batch thi
 handle itself (a rare shape: an invalid UTF-8 text, duplicated or many properties, non-ASCII keys)
 goes to the Python twin whole, so the twins never disagree on an edge case.
 
-Layouts: app/store/record_format.py (the CommitLog record) and app/codec.py (the binary batch).
+The record's layout: app/store/record_format.py. Built by setup.py (Cython, linked with zlib).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_Check
+from cpython.unicode cimport (
+    PyUnicode_AsUTF8AndSize,
+    PyUnicode_DecodeASCII,
+    PyUnicode_DecodeUTF8,
+    PyUnicode_READ_CHAR,
+)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 
 cdef extern from "zlib.h":
@@ -31,7 +38,7 @@ cdef enum:
     POS_RECONSUMETIMES = 72
     POS_BODYLENGTH = 84
     POS_BODY = 88
-    # Records with more properties than this go to the Python twin (its duplicate check is quadratic).
+    # Records with more properties go to the Python twin (the duplicate check here is quadratic).
     MAX_FAST_PROPERTIES = 64
 
 
@@ -502,10 +509,6 @@ def messages_json(records, bint consumed, fallback):
 # ---------------------------------------------------------------------------------------------
 # The CommitLog record of a message (app.store.record_format.encode_record).
 
-from cpython.bytes cimport PyBytes_AS_STRING
-from cpython.long cimport PyLong_Check
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_READ_CHAR
-from libc.string cimport memchr
 
 cdef object _EncodedRecord = None
 cdef object _validate_topic = None
@@ -662,7 +665,6 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
 # ---------------------------------------------------------------------------------------------
 # Validating a stored record, as recovery and the log walks do (app.store.record.check_record).
 
-from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 
 cdef enum:
     BLANK_MAGIC_CODE = <int32_t>0xCBD43194
