@@ -65,7 +65,6 @@ class HaSlave:
         self.apply_metadata = apply_metadata
         self.metadata_interval_ms = metadata_interval_ms
         # Sent to a master with an ACL: an admin account's access and secret key, as Basic auth.
-        self.auth = httpx.BasicAuth(*account) if account is not None else None
         self.headers = {"Authorization": basic_header(*account)} if account is not None else {}
         self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
@@ -111,7 +110,9 @@ class HaSlave:
         holds each request until its metadata changes or the interval passes."""
         assert self.apply_metadata is not None
         wait_ms = self.metadata_interval_ms
-        async with httpx.AsyncClient(base_url=master, timeout=wait_ms / 1000 + 10, auth=self.auth) as http:
+        async with httpx.AsyncClient(
+            base_url=master, timeout=wait_ms / 1000 + 10, headers=self.headers
+        ) as http:
             while True:
                 response = await http.get(
                     METADATA_PATH, params={"version": self.metadata_version, "wait_ms": wait_ms}

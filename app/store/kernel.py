@@ -1,10 +1,11 @@
 """Loads Wharf's compiled kernel, the C extension built from app/store/_kernel.pyx at install.
 
 Each kernel function has a pure-Python twin beside the code that uses it, with identical results
-byte for byte (tests/kernel checks it): :func:`app.codec.messages_json` and
-:func:`app.store.record_format.encode_record` take the compiled function when :data:`compiled` is
-loaded and the twin otherwise. Which one runs is logged once, here. ``WHARF_KERNEL=python``
-chooses the twins even when the extension is there.
+byte for byte (tests/kernel checks it): ``app.store.record_format.encode_record``,
+``app.store.record.check_record`` and ``record_is``, ``app.codec.messages_json`` and
+``decode_records`` take the compiled function when :data:`compiled` is loaded and the twin
+otherwise. Which one runs is logged once, here. ``WHARF_KERNEL=python`` chooses the twins even when
+the extension is there.
 """
 
 from __future__ import annotations

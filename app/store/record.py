@@ -188,8 +188,6 @@ BLANK = CheckedRecord(0, "", 0, 0, 0, "", "", 0, 0)
 
 if compiled is not None:
     compiled.bind_decoder(StoredMessage)
-
-if compiled is not None:
     compiled.bind_checker(CheckedRecord, BLANK)
 
 
