@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     ha_secret_key: str = ""
     # A slave asks for its master's topics and offsets again after this long without a change.
     ha_metadata_interval_ms: int = Field(10_000, ge=100, le=600_000)
+    # Failover, with the route registry as the controller: a slave in sync with a master silent
+    # for ha_failover_s promotes itself; a master whose lease in the registry lapses (half of
+    # ha_failover_s without renewing it) takes no writes.
+    ha_auto_failover: bool = False
+    ha_failover_s: float = Field(10.0, ge=1, le=3600)
     advertised_url: str = ""  # empty: http://<host>:<port>, a reachable address when host is a wildcard
     heartbeat_interval_s: float = Field(30.0, gt=0)
     broker_expiry_s: float = Field(120.0, gt=0)
@@ -101,6 +106,9 @@ class Settings(BaseSettings):
     )
     max_scan_bytes_per_pull: int = _store_default("max_scan_bytes_per_pull", ge=20)
     max_transfer_bytes_per_pull: int = _store_default("max_transfer_bytes_per_pull", ge=1)
+    access_message_in_memory_max_ratio: float = _store_default(
+        "access_message_in_memory_max_ratio", ge=0, le=100
+    )
 
     # Message index (SPEC 1.6).
     message_index_enable: bool = _store_default("message_index_enable")

@@ -31,6 +31,7 @@ class QueueRef:
     broker: str  # the broker's name from the route; "" when the address was given directly
     queue_id: int
     address: str
+    replicas: tuple[str, ...] = ()  # the other brokers of its name, read when it does not answer
 
     @property
     def key(self) -> str:
@@ -56,6 +57,7 @@ class OffsetRange(InputPartition):
     queue_id: int
     from_offset: int
     until_offset: int
+    replicas: tuple[str, ...] = ()  # the other brokers of its name, read when it does not answer
 
     @property
     def size(self) -> int:
@@ -87,7 +89,11 @@ def discover(client: QueueClient, options: ReadOptions) -> list[QueueState]:
         for queue in client.queues(address, topic):
             if readable is None or queue.queue_id in readable:
                 states.append(
-                    QueueState(QueueRef(name, queue.queue_id, address), queue.min_offset, queue.max_offset)
+                    QueueState(
+                        QueueRef(name, queue.queue_id, address, client.fallbacks.get(address, ())),
+                        queue.min_offset,
+                        queue.max_offset,
+                    )
                 )
     return sorted(states, key=lambda state: state.ref)
 
@@ -184,7 +190,7 @@ def plan_ranges(
                 f"queue {ref.key} of {topic!r}: the read would start at {start} but end at {end}"
             )
         if end > start:
-            ranges.append(OffsetRange(topic, ref.broker, ref.address, ref.queue_id, start, end))
+            ranges.append(OffsetRange(topic, ref.broker, ref.address, ref.queue_id, start, end, ref.replicas))
     if not min_partitions or min_partitions <= len(ranges):
         return ranges
     total = sum(piece.size for piece in ranges)
@@ -194,7 +200,7 @@ def plan_ranges(
         parts = min(parts, piece.size)
         bounds = [piece.from_offset + piece.size * i // parts for i in range(parts + 1)]
         split.extend(
-            OffsetRange(topic, piece.broker, piece.address, piece.queue_id, low, high)
+            OffsetRange(topic, piece.broker, piece.address, piece.queue_id, low, high, piece.replicas)
             for low, high in zip(bounds, bounds[1:], strict=False)
         )
     return split

@@ -112,6 +112,8 @@ def _pages(
         QueueClient(timeout_s=options.timeout_s, user=options.user) as client,
         ThreadPoolExecutor(1, "wharf-prefetch") as prefetch,
     ):
+        if piece.replicas:
+            client.fallbacks[piece.address] = piece.replicas
         offset = piece.from_offset
         pending: Future[PullPage] | None = prefetch.submit(pull, client, offset) if offset < until else None
         while pending is not None:

@@ -323,6 +323,7 @@ RULES: tuple[Rule, ...] = (
     Rule("WEBSOCKET", "/v1/ws/produce", ws_produce, "PUB on the topic; admin if it would be created"),
     Rule("WEBSOCKET", "/v1/ha/replicate", Need.admin("replicating the CommitLog to a slave"), "admin"),
     Rule("GET", "/v1/ha/metadata", Need.admin("copying topics and offsets to a slave"), "admin"),
+    Rule("POST", "/v1/ha/offsets", Need.admin("handing a slave's offsets to its master"), "admin"),
 )
 
 _COMPILED = tuple((rule, rule.pattern) for rule in RULES)

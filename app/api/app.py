@@ -107,18 +107,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restored = await asyncio.to_thread(broker.restore_idempotency)
             log.info("idempotency window: %d unique ids restored from the CommitLog", restored)
             app.state.ws_sessions = WebSocketSessions()
-            # Delayed messages: what fell due while the broker was down goes out first.
-            if broker.ha_slave is not None:
-                # A slave writes only what its master sends: nothing of its own is delivered.
-                broker.ha_slave.start()
-            else:
-                await asyncio.to_thread(broker.delays.start)
+            # A master starts delivering delayed messages (what fell due while the broker was down
+            # goes out first); a slave writes only what its master sends.
+            await broker.ha.start()
             app.state.broker = broker
             settle_garbage_collector()
             yield
         finally:
-            if broker.ha_slave is not None:
-                await broker.ha_slave.stop()
+            await broker.ha.stop()
             await asyncio.to_thread(broker.delays.stop)
             await holds.stop()
             app.state.broker = None

@@ -66,6 +66,7 @@ class ErrorCode(enum.IntEnum):
     RECEIPT_HANDLE_EXPIRED = 40910
     TRANSACTION_ENDED = 40920
     QUEUE_NOT_LOCKED = 40930
+    PROMOTION_REFUSED = 40940
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
@@ -174,6 +175,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.QUEUE_NOT_LOCKED: (
         "An ordered member committed a queue whose lock it does not hold (it expired, was released, or "
         "another member holds it): nothing was committed; lock the queue again (POST /v1/groups/{group}/locks)."
+    ),
+    ErrorCode.PROMOTION_REFUSED: (
+        "The broker is its name's master already, or another broker of its name was promoted first "
+        "(the epoch moved on); nothing was changed."
     ),
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
@@ -289,13 +294,14 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.TransactionNotFoundError: ErrorCode.TRANSACTION_NOT_FOUND,
     broker_errors.TransactionEndedError: ErrorCode.TRANSACTION_ENDED,
     broker_errors.TooManyOpenTransactionsError: ErrorCode.TOO_MANY_OPEN_TRANSACTIONS,
+    broker_errors.PromotionError: ErrorCode.PROMOTION_REFUSED,
 }
 
 
 def from_broker(error: broker_errors.BrokerError) -> ApiError:
     """The answer to a refusal of the broker core."""
     headers = None
-    if isinstance(error, broker_errors.MisdirectedError):
+    if isinstance(error, broker_errors.MisdirectedError) and error.brokers:
         headers = {"Location": error.brokers[0]}
     return ApiError(BROKER_ERRORS[type(error)], error.message, headers, error.fields or None)
 

@@ -1,8 +1,11 @@
 """Replication: the master's replication WebSocket and the operator's view of it.
 
-``/v1/ha/replicate?offset=N&broker_id=B&url=U``: the slave asks for the CommitLog from offset N;
-the master answers with binary frames (8-byte big-endian CommitLog offset, then whole records) and
-the slave sends text frames ``{"acked_offset": M}``. ``GET /v1/ha/metadata``: the master's topic
+``/v1/ha/replicate?offset=N&broker_id=B&url=U&epochs=E:S,...``: the slave asks for the CommitLog
+from offset N, naming the epochs its log holds (app.store.epochs). The master's first frame is text,
+``{"epochs": [[E, S], ...], "truncate_to": T}``: when T is not null the slave's log goes past what the
+two share, and the slave cuts it to T and asks again. Then the master sends binary frames (8-byte
+big-endian CommitLog offset, then whole records) and the slave sends text frames
+``{"acked_offset": M}``. ``GET /v1/ha/metadata``: the master's topic
 configurations and offsets, which a slave follows (app.broker.ha_metadata).
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, WebSocket
@@ -20,6 +24,7 @@ from app.api.ws.going_away import websocket_sessions
 from app.api.ws.protocol import GOING_AWAY, WsClose, receive_frame, serve
 from app.broker import Broker
 from app.broker.errors import InvalidParameterError
+from app.broker.ha_slave import decode_epochs
 
 router = APIRouter()
 
@@ -36,18 +41,28 @@ class SlaveOut(BaseModel):
 
 class HaOut(BaseModel):
     role: str = Field(description="ASYNC_MASTER, SYNC_MASTER or SLAVE")
-    epoch: int = Field(description="The replication epoch (0 until failover exists)")
+    epoch: int = Field(description="The replication epoch: raised by each promotion")
     broker_name: str
     broker_id: int
     master_url: str = Field(description="A slave's master; this broker's own address on a master")
     commitlog_max_offset: int
+    confirmed_offset: int = Field(description="A master: the CommitLog offset its SEND_OK answers covered")
     connected: bool = Field(description="A slave: whether it is connected to its master now")
     slaves: list[SlaveOut] = Field(description="A master: its connected slaves")
 
 
 @router.get("/v1/admin/ha", response_model=HaOut, summary="Replication: this broker's role and its slaves")
 async def ha_status(broker: BrokerDep) -> dict[str, Any]:
-    return broker.ha_status()
+    return broker.ha.status()
+
+
+@router.post(
+    "/v1/admin/ha/promote",
+    response_model=HaOut,
+    summary="Replication: make this slave the master of its broker name, in a new epoch",
+)
+async def ha_promote(broker: BrokerDep) -> dict[str, Any]:
+    return await broker.ha.promote()
 
 
 class TopicConfigOut(BaseModel):
@@ -87,6 +102,30 @@ async def ha_metadata(
     return await broker.master_metadata(version, wait_ms)
 
 
+class OffsetIn(BaseModel):
+    group: str = Field(min_length=1, max_length=255)
+    topic: str = Field(min_length=1, max_length=255)
+    queue_id: int = Field(ge=0)
+    offset: int = Field(ge=0)
+
+
+class OffsetsIn(BaseModel):
+    offsets: list[OffsetIn] = Field(description="Offsets committed on a slave, ahead of the master's")
+
+
+class OffsetsTaken(BaseModel):
+    moved: int = Field(description="How many were ahead of this master's and were taken")
+
+
+@router.post(
+    "/v1/ha/offsets",
+    response_model=OffsetsTaken,
+    summary="Replication: a slave hands over the offsets committed on it (the greater offset wins)",
+)
+async def ha_offsets(broker: BrokerDep, body: OffsetsIn) -> dict[str, int]:
+    return {"moved": await broker.take_slave_offsets([entry.model_dump() for entry in body.offsets])}
+
+
 def _int_param(websocket: WebSocket, name: str) -> int:
     value = websocket.query_params.get(name, "")
     if not value.isdigit():
@@ -101,6 +140,18 @@ async def replicate(websocket: WebSocket) -> None:
     async def handle(broker: Broker) -> None:
         master = broker.require_master()
         offset = _int_param(websocket, "offset")
+        try:
+            epochs = decode_epochs(websocket.query_params.get("epochs", ""))
+        except ValueError as error:
+            raise InvalidParameterError(str(error)) from None
+        if epochs and epochs[-1][0] > broker.ha.epoch:
+            # The slave knows a later epoch than this broker's: this one is a former master.
+            await broker.ha.check_fenced()
+            raise broker.ha.slave_refusal("replication")
+        first = master.handshake(epochs, offset)
+        await websocket.send_text(json.dumps(first))
+        if first["truncate_to"] is not None:
+            return  # the slave cuts its log and asks again
         link = master.connect(
             _int_param(websocket, "broker_id"), websocket.query_params.get("url", ""), offset
         )

@@ -266,29 +266,36 @@ _RECORDS_HEADERS = {
         ("X-Wharf-Min-Offset", "The queue's first offset", {"type": "integer"}),
         ("X-Wharf-Max-Offset", "The queue's offset after its last message", {"type": "integer"}),
         ("X-Wharf-Message-Count", "Records in the body", {"type": "integer"}),
+        (
+            "X-Wharf-Suggest-Broker-Id",
+            "The broker id of this broker name to pull from next (0: the master)",
+            {"type": "integer"},
+        ),
     )
 }
 
 
-def pull_body(result: GetMessageResult) -> bytes:
+def pull_body(result: GetMessageResult, suggest_broker_id: int) -> bytes:
     return orjson.dumps(
         {
             "status": result.status.value,
             "next_offset": result.next_offset,
             "min_offset": result.min_offset,
             "max_offset": result.max_offset,
+            "suggest_broker_id": suggest_broker_id,
             "messages": orjson.Fragment(messages_json(result.records)),
         }
     )
 
 
-def pull_headers(result: GetMessageResult) -> dict[str, str]:
+def pull_headers(result: GetMessageResult, suggest_broker_id: int) -> dict[str, str]:
     return {
         "X-Wharf-Status": result.status.value,
         "X-Wharf-Next-Offset": str(result.next_offset),
         "X-Wharf-Min-Offset": str(result.min_offset),
         "X-Wharf-Max-Offset": str(result.max_offset),
         "X-Wharf-Message-Count": str(len(result.records)),
+        "X-Wharf-Suggest-Broker-Id": str(suggest_broker_id),
     }
 
 
@@ -373,7 +380,10 @@ async def pull(
     result = await broker.pull(
         topic, queue_id, offset, count, message_filter, max_wait_ms, request.receive, group
     )
+    suggest = broker.ha.suggest_broker_id(result.reads_disk)
     accept = request.headers.get("accept", "")
     if RECORDS_MEDIA_TYPE in accept:
-        return Response(b"".join(result.records), media_type=RECORDS_MEDIA_TYPE, headers=pull_headers(result))
-    return Response(pull_body(result), media_type=JSON)
+        return Response(
+            b"".join(result.records), media_type=RECORDS_MEDIA_TYPE, headers=pull_headers(result, suggest)
+        )
+    return Response(pull_body(result, suggest), media_type=JSON)

@@ -69,6 +69,8 @@ OPERATION_IDS: dict[str, str] = {
     "disk_usage": "getDiskUsage",
     "ha_status": "getReplication",
     "ha_metadata": "getReplicationMetadata",
+    "ha_promote": "promoteSlave",
+    "ha_offsets": "takeSlaveOffsets",
     "healthz": "getHealth",
     "readyz": "getReadiness",
     "stats": "getStats",
@@ -229,6 +231,11 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "getDiskUsage": {},
     "getReplication": {},
     "getReplicationMetadata": {421: "This broker is a slave: ask its master (42101)"},
+    "takeSlaveOffsets": {421: "This broker is a slave: hand them to its master (42101)"},
+    "promoteSlave": {
+        409: "This broker is the master already, or another broker of its name was promoted first (40940)",
+        503: "The route registry, which records the epoch, cannot be reached (50303)",
+    },
     "getHealth": {},
     "getReadiness": {
         503: "The store is opening or closing (50301), or the route registry cannot be reached (50303)"

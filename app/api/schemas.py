@@ -83,7 +83,11 @@ class ProduceResult(BaseModel):
     queue_offset: int | None = Field(
         description="null for a delayed message, until it is delivered, and for a half message."
     )
-    status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"]
+    status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"] = Field(
+        description="SEND_OK: stored (and, under SYNC_MASTER, held by an in-sync slave). The others: "
+        "stored, but not flushed in time, or not held by a slave in WHARF_HA_SYNC_TIMEOUT_MS, or no "
+        "slave is connected."
+    )
     deliver_at_ms: int | None = Field(None, description="A delayed message: when it is due (epoch ms).")
     transaction_id: str | None = Field(
         None, description="transaction=begin: commit or roll back with it (the half message's id)."
@@ -122,6 +126,12 @@ class PullResponse(BaseModel):
     next_offset: int
     min_offset: int
     max_offset: int
+    suggest_broker_id: int = Field(
+        0,
+        description="The broker id of this broker name to pull from next: a slave's when this "
+        "consumer reads further behind than the page cache holds "
+        "(WHARF_ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO), else 0, the master",
+    )
     messages: list[MessageOut]
 
 

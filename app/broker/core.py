@@ -29,9 +29,9 @@ from app.broker.errors import (
 )
 from app.broker.group_config import GroupConfig, GroupConfigs
 from app.broker.groups import ConsumerGroups
-from app.broker.ha_master import SEND_OK, AppendSignal, HaMaster
+from app.broker.ha_master import AppendSignal, HaMaster
 from app.broker.ha_metadata import MetadataVersion
-from app.broker.ha_slave import HaSlave
+from app.broker.ha_role import HaRole
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
 from app.broker.pull import read_or_hold
@@ -122,49 +122,27 @@ class Broker:
             settings, store, lambda name: config.queue_nums if (config := topics.get(name)) else 0
         )
         self.transactions = Transactions(self)
-        # Replication: a master streams to slaves, a slave copies its master.
+        # Replication: a master streams to slaves, a slave copies its master (app.broker.ha_role).
         self.metadata = MetadataVersion()  # bumped by topic changes; slaves wait on it
-        self.ha_master: HaMaster | None = None
-        self.ha_slave: HaSlave | None = None
-        if settings.broker_role == "SLAVE":
-            store.replica = True
-            self.ha_slave = HaSlave(
-                store,
-                self.find_master,
-                settings.broker_id,
-                settings.resolved_advertised_url,
-                self.apply_master_metadata,
-                settings.ha_metadata_interval_ms,
-                (settings.ha_access_key, settings.ha_secret_key) if settings.ha_access_key else None,
-            )
-        else:
-            self.ha_master = HaMaster(store, ha_signal or AppendSignal(), settings.ha_sync_timeout_ms)
+        self.master_offsets: dict[ha_metadata.OffsetKey, int] = {}  # a slave's: the master's, last seen
+        self.ha = HaRole(self, ha_signal or AppendSignal())
 
     # -- replication -----------------------------------------------------------------------------
 
     @property
     def is_slave(self) -> bool:
-        return self.ha_slave is not None
-
-    async def find_master(self) -> str:
-        """The master's address: WHARF_HA_MASTER_URL, else the registry's id 0 of this broker name."""
-        if self.settings.ha_master_url:
-            return self.settings.ha_master_url
-        if self.routing is None:
-            return ""
-        masters = await self.routing.masters(broker_names=[self.settings.broker_name])
-        return masters[0][1] if masters else ""
+        return self.ha.is_slave
 
     def require_master(self) -> HaMaster:
         """This broker's master side; MisdirectedError (naming the master) on a slave."""
-        if self.ha_master is None:
-            raise self._slave_refusal("replication")
-        return self.ha_master
+        if self.ha.master is None:
+            raise self.ha.slave_refusal("replication")
+        return self.ha.master
 
     def refuse_on_slave(self, what: str) -> None:
         """MisdirectedError (naming the master) on a slave: ``what`` is changed on the master only."""
         if self.is_slave:
-            raise self._slave_refusal(what)
+            raise self.ha.slave_refusal(what)
 
     async def master_metadata(self, version: int, wait_ms: int) -> dict[str, Any]:
         """A master's topic configurations and offsets for a slave (app.broker.ha_metadata), once
@@ -184,29 +162,20 @@ class Broker:
         if upserted or deleted:
             await self.topics_changed(upserted, deleted)
         await asyncio.to_thread(ha_metadata.apply_offsets, self.store, answer["offsets"])
+        self.master_offsets = ha_metadata.offsets_of(answer["offsets"])
 
-    def _slave_refusal(self, what: str) -> MisdirectedError:
-        master = self.ha_slave.master_url if self.ha_slave is not None else ""
-        master = master or self.settings.ha_master_url
-        return MisdirectedError(
-            f"this broker is a slave and takes no {what}; send to its master {master or '(not known yet)'}",
-            [master] if master else [],
-        )
+    async def offsets_ahead_of_master(self) -> list[dict[str, Any]]:
+        """A slave's committed offsets ahead of its master's last answer: handed to the master."""
+        return await asyncio.to_thread(ha_metadata.offsets_ahead, self.store, self.master_offsets)
 
-    def ha_status(self) -> dict[str, Any]:
-        settings = self.settings
-        return {
-            "role": settings.broker_role,
-            "epoch": 0,
-            "broker_name": settings.broker_name,
-            "broker_id": settings.broker_id,
-            "master_url": self.ha_slave.master_url
-            if self.ha_slave is not None
-            else settings.resolved_advertised_url,
-            "commitlog_max_offset": self.store.commitlog.max_offset,
-            "connected": self.ha_slave.connected if self.ha_slave is not None else False,
-            "slaves": self.ha_master.describe_slaves() if self.ha_master is not None else [],
-        }
+    async def take_slave_offsets(self, found: list[dict[str, Any]]) -> int:
+        """A master takes the offsets a slave committed that are ahead of its own; how many moved.
+        Its slaves hear of them at once (the metadata version moves)."""
+        self.require_master()
+        moved = await asyncio.to_thread(ha_metadata.apply_offsets, self.store, found)
+        if moved:
+            self.metadata.bump()
+        return moved
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -328,8 +297,7 @@ class Broker:
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
         """Store a batch in one append; results in request order. Repeats of a producer's unique id
         within the idempotency window are answered with the first message and not stored again."""
-        if self.is_slave:
-            raise self._slave_refusal("messages")
+        self.ha.check_writable("messages")
         config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None
         answers: list[Answer] = []
@@ -377,9 +345,9 @@ class Broker:
             durable = True
             if self.store.group_commit is not None:
                 durable = await asyncio.wrap_future(self.store.durable(appended))
-            status = SEND_OK if durable else "FLUSH_DISK_TIMEOUT"
-            if durable and self.ha_master is not None and self.settings.broker_role == "SYNC_MASTER":
-                status = await self.ha_master.wait_for_slave(max(result.end_offset for result in appended))
+            status = "FLUSH_DISK_TIMEOUT"
+            if durable:
+                status = await self.ha.confirm(max(result.end_offset for result in appended))
             for position, ((index, unique_id, _), result) in enumerate(zip(fresh, appended, strict=True)):
                 made: dict[str, Any] = {
                     "msg_id": result.msg_id,

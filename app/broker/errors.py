@@ -186,3 +186,8 @@ class TransactionEndedError(BrokerError):
     @property
     def fields(self) -> dict[str, object]:
         return {"transaction_id": self.transaction_id, "state": self.state}
+
+
+class PromotionError(BrokerError):
+    """A promotion that cannot happen: this broker is the master already, or another broker of its
+    name was promoted first (the epoch it expected moved on)."""

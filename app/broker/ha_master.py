@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.store import MessageStore
+from app.store.epochs import Epoch, common_point
 
 CHUNK_BYTES = 256 * 1024
 # A slave further behind than this is not in sync (RocketMQ's haMaxGapNotInSync).
@@ -111,6 +112,20 @@ class HaMaster:
         # Produces waiting for a slave to hold their end offset: (end offset, order, future).
         self._waiting: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._order = itertools.count()
+        self.closed = False  # stepped down: the streams end
+
+    def close(self) -> None:
+        """This broker is no longer the master: end the streams, fail the waiting produces."""
+        self.closed = True
+        self._fail_waiting()
+        self.signal.notify()
+
+    def handshake(self, slave_epochs: list[Epoch], offset: int) -> dict[str, object]:
+        """The first frame to a slave that asks for ``offset`` with ``slave_epochs``: this log's
+        epochs and, when the slave's log goes past what the two share, where to cut it."""
+        entries = self.store.epochs.entries
+        common = common_point(entries, self.store.commitlog.max_offset, slave_epochs or [(0, 0)], offset)
+        return {"epochs": entries, "truncate_to": common if common < offset else None}
 
     # -- the stream ------------------------------------------------------------------------------
 
@@ -129,7 +144,7 @@ class HaMaster:
     async def stream(self, offset: int, send: Callable[[bytes], Awaitable[None]]) -> None:
         """Send the CommitLog from ``offset`` on, then each append as it comes; runs until ``send``
         fails or the task is cancelled. ReplicaError when ``offset`` is not stored here."""
-        while True:
+        while not self.closed:
             version = self.signal.version
             data = await asyncio.to_thread(self.store.read_replica, offset, CHUNK_BYTES)
             if data:

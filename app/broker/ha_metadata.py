@@ -8,7 +8,9 @@ applied an answer, so topic changes follow at once and offsets at least every ``
 
 A slave takes the master's topic configurations as they are (creating, changing and deleting its
 own) and each committed offset that is ahead of its own: an offset committed on the slave while the
-master was away is not moved back.
+master was away is not moved back. The other way, before each request the slave hands the master
+the offsets committed on it that are ahead of the master's last answer (``POST /v1/ha/offsets``),
+and the master takes those ahead of its own: the greater offset wins on both sides.
 """
 
 from __future__ import annotations
@@ -77,3 +79,19 @@ def apply_offsets(store: MessageStore, found: list[dict[str, Any]]) -> int:
             offsets.commit(group, topic, queue_id, offset)
             moved += 1
     return moved
+
+
+OffsetKey = tuple[str, str, int]  # (group, topic, queue id)
+
+
+def offsets_of(found: list[dict[str, Any]]) -> dict[OffsetKey, int]:
+    return {(entry["group"], entry["topic"], entry["queue_id"]): entry["offset"] for entry in found}
+
+
+def offsets_ahead(store: MessageStore, known: dict[OffsetKey, int]) -> list[dict[str, Any]]:
+    """This store's committed offsets that are ahead of ``known`` (the master's, as last seen)."""
+    return [
+        entry._asdict()
+        for entry in store.consumer_offsets.all()
+        if entry.offset > known.get((entry.group, entry.topic, entry.queue_id), -1)
+    ]

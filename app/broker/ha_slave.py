@@ -12,7 +12,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -21,11 +21,13 @@ import websockets
 
 from app.broker.ha_master import unframe
 from app.store import MessageStore
+from app.store.epochs import Epoch
 
 log = logging.getLogger(__name__)
 
 REPLICATE_PATH = "/v1/ha/replicate"
 METADATA_PATH = "/v1/ha/metadata"
+OFFSETS_PATH = "/v1/ha/offsets"
 ACK_INTERVAL_S = 1.0
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
@@ -34,12 +36,45 @@ BACKOFF_MAX_S = 5.0
 MasterFinder = Callable[[], Awaitable[str]]
 # Applies a metadata answer of the master (app.broker.ha_metadata) to this broker.
 MetadataApplier = Callable[[dict[str, Any]], Awaitable[None]]
+# The offsets committed on this slave that are ahead of the master's last answer.
+OffsetsAhead = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
-def replicate_url(master_url: str, offset: int, broker_id: int, own_url: str) -> str:
+async def cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait until each has ended."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class StaleMasterError(Exception):
+    """The broker asked is behind this slave's epoch: a former master, not the master."""
+
+
+def encode_epochs(entries: Sequence[Epoch]) -> str:
+    """``epoch:start`` pairs, comma-separated: the ``epochs`` parameter of the replication socket."""
+    return ",".join(f"{epoch}:{start}" for epoch, start in entries)
+
+
+def decode_epochs(text: str) -> list[Epoch]:
+    """The entries of an ``epochs`` parameter; ValueError for one that is not ``epoch:start,...``."""
+    entries: list[Epoch] = []
+    for pair in filter(None, text.split(",")):
+        epoch, _, start = pair.partition(":")
+        if not (epoch.isdigit() and start.isdigit()):
+            raise ValueError("epochs is a list of epoch:start pairs, e.g. 0:0,1:4096")
+        entries.append((int(epoch), int(start)))
+    return entries
+
+
+def replicate_url(master_url: str, offset: int, broker_id: int, own_url: str, epochs: Sequence[Epoch]) -> str:
     parts = urlsplit(master_url)
     scheme = "wss" if parts.scheme == "https" else "ws"
-    query = urlencode({"offset": offset, "broker_id": broker_id, "url": own_url})
+    query = urlencode(
+        {"offset": offset, "broker_id": broker_id, "url": own_url, "epochs": encode_epochs(epochs)}
+    )
     return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + REPLICATE_PATH, query, ""))
 
 
@@ -57,6 +92,7 @@ class HaSlave:
         apply_metadata: MetadataApplier | None = None,
         metadata_interval_ms: int = 10_000,
         account: tuple[str, str] | None = None,
+        offsets_ahead: OffsetsAhead | None = None,
     ) -> None:
         self.store = store
         self.find_master = find_master
@@ -64,12 +100,14 @@ class HaSlave:
         self.own_url = own_url
         self.apply_metadata = apply_metadata
         self.metadata_interval_ms = metadata_interval_ms
+        self.offsets_ahead = offsets_ahead
         # Sent to a master with an ACL: an admin account's access and secret key, as Basic auth.
         self.headers = {"Authorization": basic_header(*account)} if account is not None else {}
         self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
         self.connected = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._connection: websockets.ClientConnection | None = None
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._retrying("replication", self._replicate), name="ha-slave")]
@@ -81,12 +119,13 @@ class HaSlave:
             )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks = []
+
+    async def retarget(self) -> None:
+        """The master changed: drop the stream, so the next attempt asks who the master is."""
+        if self._connection is not None:
+            await self._connection.close()
 
     async def _retrying(self, what: str, follow: Callable[[str], Awaitable[None]]) -> None:
         """Run ``follow(master)`` again after each failure, with a growing backoff."""
@@ -107,13 +146,18 @@ class HaSlave:
 
     async def _follow_metadata(self, master: str) -> None:
         """Ask for the master's metadata again as soon as the last answer is applied: the master
-        holds each request until its metadata changes or the interval passes."""
+        holds each request until its metadata changes or the interval passes. Offsets committed
+        here ahead of the master's go to it first."""
         assert self.apply_metadata is not None
         wait_ms = self.metadata_interval_ms
         async with httpx.AsyncClient(
             base_url=master, timeout=wait_ms / 1000 + 10, headers=self.headers
         ) as http:
             while True:
+                ahead = await self.offsets_ahead() if self.offsets_ahead is not None else []
+                if ahead:
+                    pushed = await http.post(OFFSETS_PATH, json={"offsets": ahead})
+                    pushed.raise_for_status()
                 response = await http.get(
                     METADATA_PATH, params={"version": self.metadata_version, "wait_ms": wait_ms}
                 )
@@ -124,10 +168,14 @@ class HaSlave:
 
     async def _replicate(self, master: str) -> None:
         offset = self.store.commitlog.max_offset
-        url = replicate_url(master, offset, self.broker_id, self.own_url)
+        epochs = self.store.epochs.entries
+        url = replicate_url(master, offset, self.broker_id, self.own_url, epochs)
         async with websockets.connect(
-            url, max_size=None, open_timeout=5, additional_headers=self.headers
+            url, max_size=None, open_timeout=5, close_timeout=1, additional_headers=self.headers
         ) as connection:
+            if not await self._agree(connection, master, offset):
+                return
+            self._connection = connection
             self.connected = True
             log.info("replicating from %s at CommitLog offset %d", master, offset)
             acks = asyncio.create_task(self._ack_every_second(connection))
@@ -140,9 +188,30 @@ class HaSlave:
                     await self._ack(connection)
             finally:
                 self.connected = False
+                self._connection = None
                 acks.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await acks
+
+    async def _agree(self, connection: websockets.ClientConnection, master: str, offset: int) -> bool:
+        """Read the master's first frame, its epochs and where this log must be cut to follow it.
+        False when the log was cut: the caller connects again from the new end."""
+        first = await connection.recv()
+        if not isinstance(first, str):
+            raise ValueError("the master's first frame is not its epochs")
+        answer = json.loads(first)
+        entries = [(int(epoch), int(start)) for epoch, start in answer["epochs"]]
+        if entries[-1][0] < self.store.epochs.last:
+            raise StaleMasterError(
+                f"{master} is in epoch {entries[-1][0]}, behind this log's epoch {self.store.epochs.last}"
+            )
+        cut = answer.get("truncate_to")
+        if cut is not None and cut < offset:
+            log.warning("%s lacks this log past %d (epochs %s): cutting it there", master, cut, entries)
+            await asyncio.to_thread(self.store.truncate_replica, cut)
+        if entries != self.store.epochs.entries:
+            await asyncio.to_thread(self.store.epochs.replace, entries)
+        return cut is None or cut >= offset
 
     async def _ack(self, connection: websockets.ClientConnection) -> None:
         await connection.send(json.dumps({"acked_offset": self.store.commitlog.max_offset}))

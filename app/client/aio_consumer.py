@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 
@@ -28,7 +29,7 @@ from app.client.aio import AsyncHttpOwner, AsyncRouteCache, bootstrap_list
 from app.client.auth import User, basic_auth
 from app.client.consumer import MOVE_ON, ConsumedMessage, pull_params
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
-from app.client.routes import MessageQueue
+from app.client.routes import MessageQueue, ReadTarget
 from app.codec import RECORDS_MEDIA_TYPE, decode_records
 
 log = logging.getLogger(__name__)
@@ -177,10 +178,10 @@ class AsyncConsumer(AsyncHttpOwner):
                 by_address.setdefault(queue.address, []).append((queue, offset))
         for address, items in by_address.items():
             body = {"offsets": [{"topic": self.topic, "queue_id": q.queue_id, "offset": o} for q, o in items]}
+            # A master that does not answer: a slave keeps the offsets and hands them over later.
+            replicas = (await self.routes.get(self.topic)).replicas(items[0][0])
             try:
-                raise_for_envelope(
-                    await self.http.put(f"{address}/v1/groups/{self.group}/offsets", json=body)
-                )
+                await self._put_offsets(replicas, f"/v1/groups/{self.group}/offsets", body)
             except (httpx.HTTPError, BrokerError) as exc:
                 if strict:
                     raise
@@ -188,6 +189,16 @@ class AsyncConsumer(AsyncHttpOwner):
                 continue
             for queue, offset in items:
                 self._committed[queue] = offset
+
+    async def _put_offsets(self, addresses: Sequence[str], path: str, body: dict[str, Any]) -> None:
+        """PUT ``body`` to the first of ``addresses`` that answers (a broker's refusal is raised)."""
+        for address in addresses[:-1]:
+            try:
+                raise_for_envelope(await self.http.put(address + path, json=body))
+                return
+            except httpx.TransportError:
+                continue
+        raise_for_envelope(await self.http.put(addresses[-1] + path, json=body))
 
     # -- fetching --------------------------------------------------------------------------------
 
@@ -208,13 +219,15 @@ class AsyncConsumer(AsyncHttpOwner):
             self._failure = exc
 
     async def _fetch(self, queue: MessageQueue) -> None:
-        url = f"{queue.address}/v1/topics/{self.topic}/queues/{queue.queue_id}/messages"
+        target = ReadTarget(queue, await self.routes.get(self.topic))
+        path = f"/v1/topics/{self.topic}/queues/{queue.queue_id}/messages"
         offset: int | None = None  # None: the broker starts from the group's committed offset
         backoff_s = 0.1
         while True:
             await self._wait_for_room()
             params = pull_params(self.group, self.batch_size, self.max_wait_ms, self.tags, self.sql92)
             params.update({"offset": offset} if offset is not None else {"from": self.start_from})
+            url = target.address + path
             try:
                 response = await self.http.get(url, params=params, headers={"accept": RECORDS_MEDIA_TYPE})
                 raise_for_envelope(response)
@@ -223,10 +236,13 @@ class AsyncConsumer(AsyncHttpOwner):
                     self._failure = exc
                     return
                 log.debug("pull from %s failed: %r", url, exc)
+                if not isinstance(exc, BrokerError) or exc.status >= 500:
+                    target.failed()  # read from another broker of the name meanwhile
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 2.0)
                 continue
             backoff_s = 0.1
+            target.follow(int(response.headers.get("x-wharf-suggest-broker-id", "0")))
             status = response.headers["x-wharf-status"]
             next_offset = int(response.headers["x-wharf-next-offset"])
             if status == "FOUND":

@@ -20,12 +20,13 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from app.client.auth import User, basic_auth
 from app.client.errors import BrokerError, raise_for_envelope
-from app.client.routes import MessageQueue, RouteCache
+from app.client.routes import MessageQueue, ReadTarget, RouteCache
 from app.codec import RECORDS_MEDIA_TYPE, decode_records
 from app.store.record import StoredMessage
 
@@ -44,6 +45,17 @@ class ConsumedMessage:
     @property
     def body(self) -> bytes:
         return self.message.body
+
+
+def put_offsets(http: httpx.Client, addresses: Sequence[str], path: str, body: dict[str, Any]) -> None:
+    """PUT ``body`` to the first of ``addresses`` that answers (a broker's refusal is raised)."""
+    for address in addresses[:-1]:
+        try:
+            raise_for_envelope(http.put(address + path, json=body))
+            return
+        except httpx.TransportError:
+            continue
+    raise_for_envelope(http.put(addresses[-1] + path, json=body))
 
 
 def pull_params(
@@ -204,8 +216,10 @@ class PullConsumer:
             by_address.setdefault(message_queue.address, []).append((message_queue, offset))
         for address, items in by_address.items():
             body = {"offsets": [{"topic": self.topic, "queue_id": q.queue_id, "offset": o} for q, o in items]}
+            # A master that does not answer: a slave keeps the offsets and hands them over later.
+            replicas = self.routes.get(self.topic).replicas(items[0][0])
             try:
-                raise_for_envelope(self._http.put(f"{address}/v1/groups/{self.group}/offsets", json=body))
+                put_offsets(self._http, replicas, f"/v1/groups/{self.group}/offsets", body)
             except (httpx.HTTPError, BrokerError) as exc:
                 if strict:
                     raise
@@ -227,13 +241,15 @@ class PullConsumer:
         return not self._stop.is_set()
 
     def _fetch_loop(self, message_queue: MessageQueue) -> None:
-        url = f"{message_queue.address}/v1/topics/{self.topic}/queues/{message_queue.queue_id}/messages"
+        target = ReadTarget(message_queue, self.routes.get(self.topic))
+        path = f"/v1/topics/{self.topic}/queues/{message_queue.queue_id}/messages"
         offset: int | None = None  # None: the broker starts from the group's committed offset
         backoff_s = 0.1
         with httpx.Client(timeout=self.timeout_s, auth=self._auth) as http:
             while self._wait_for_room():
                 params = pull_params(self.group, self.batch_size, self.max_wait_ms, self.tags, self.sql92)
                 params.update({"offset": offset} if offset is not None else {"from": self.start_from})
+                url = target.address + path
                 try:
                     response = http.get(url, params=params, headers={"accept": RECORDS_MEDIA_TYPE})
                     raise_for_envelope(response)
@@ -243,10 +259,13 @@ class PullConsumer:
                         self._stop.set()
                         return
                     log.debug("pull from %s failed: %s", url, exc)
+                    if not isinstance(exc, BrokerError) or exc.status >= 500:
+                        target.failed()  # read from another broker of the name meanwhile
                     self._stop.wait(backoff_s)
                     backoff_s = min(backoff_s * 2, 2.0)
                     continue
                 backoff_s = 0.1
+                target.follow(int(response.headers.get("x-wharf-suggest-broker-id", "0")))
                 status = response.headers["x-wharf-status"]
                 next_offset = int(response.headers["x-wharf-next-offset"])
                 if status == "FOUND":

@@ -54,9 +54,33 @@ class QueueClient(HttpOwner):
         self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
         self.retries = retries
         self.backoff_s = backoff_s
+        # A broker's address -> the other brokers of its name (its master, its slaves), which are
+        # asked the same when it does not answer. Learned from routes, or given.
+        self.fallbacks: dict[str, tuple[str, ...]] = {}
+        self._answering: dict[str, str] = {}  # an address -> the broker of its name that answered last
 
     def get(self, url: str, **kwargs: Any) -> httpx.Response:
-        """GET with retries; BrokerError for an error envelope, BrokerUnavailableError without answer."""
+        """GET with retries, from the other brokers of the name when the broker does not answer
+        (and from the one that answered first next time); BrokerError for an error envelope,
+        BrokerUnavailableError when none answers."""
+        address = next((known for known in self.fallbacks if url.startswith(known + "/")), None)
+        if address is None:
+            return self._get(url, **kwargs)
+        path = url[len(address) :]
+        preferred = self._answering.get(address, address)
+        error: BrokerUnavailableError | None = None
+        for other in (preferred, *[a for a in (address, *self.fallbacks[address]) if a != preferred]):
+            try:
+                response = self._get(other + path, **kwargs)
+            except BrokerUnavailableError as exc:
+                error = exc
+                continue
+            self._answering[address] = other
+            return response
+        assert error is not None
+        raise error
+
+    def _get(self, url: str, **kwargs: Any) -> httpx.Response:
         error: Exception | None = None
         for attempt in range(self.retries + 1):
             if attempt:
@@ -80,11 +104,14 @@ class QueueClient(HttpOwner):
     def route(self, bootstrap: Sequence[str], topic: str) -> TopicRoute | None:
         """The topic's route from the first of ``bootstrap`` that answers; None when it has none."""
         try:
-            return fetch_route(self.get, bootstrap, topic)
+            route = fetch_route(self.get, bootstrap, topic)
         except BrokerError as exc:
             if exc.status == 404:
                 return None
             raise
+        for queue in route.read_queues:
+            self.fallbacks[queue.address] = route.replicas(queue)[1:]
+        return route
 
     def queues(self, address: str, topic: str) -> list[QueueOffsets]:
         """The offsets of every queue of the topic on the broker at ``address``."""

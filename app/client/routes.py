@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -22,36 +22,81 @@ class MessageQueue:
 
 @dataclass(frozen=True, slots=True)
 class TopicRoute:
-    """The queues of a topic a producer may write and a consumer may read, on each broker's master."""
+    """The queues of a topic a producer may write (on each broker's master) and a consumer may read
+    (on the master, or on a slave when the route lists no master), and every broker name's addresses
+    by broker id."""
 
     topic: str
     write_queues: tuple[MessageQueue, ...]
     read_queues: tuple[MessageQueue, ...]
+    # broker name -> {broker id: address}; id 0 is the master.
+    brokers: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicRoute:
         """From the broker's answer to ``GET /v1/topics/{topic}/route`` (RocketMQ's TopicRouteData)."""
-        masters = {
-            broker["broker_name"]: broker["addresses"]["0"].rstrip("/")
+        brokers = {
+            broker["broker_name"]: {
+                int(broker_id): address.rstrip("/") for broker_id, address in broker["addresses"].items()
+            }
             for broker in data["broker_datas"]
-            if "0" in broker["addresses"]
         }
         write, read = [], []
         for queue_data in data["queue_datas"]:
-            address = masters.get(queue_data["broker_name"])
-            if address is None:
-                continue
-            if queue_data["perm"] & PERM_WRITE:
+            addresses = brokers.get(queue_data["broker_name"], {})
+            master = addresses.get(0)
+            if master is not None and queue_data["perm"] & PERM_WRITE:
                 write += [
-                    MessageQueue(queue_data["broker_name"], q, address)
+                    MessageQueue(queue_data["broker_name"], q, master)
                     for q in range(queue_data["write_queue_nums"])
                 ]
-            if queue_data["perm"] & PERM_READ:
+            # Without a master (it died and the registry expired it) its slaves still serve reads.
+            reader = master if master is not None else addresses[min(addresses)] if addresses else None
+            if reader is not None and queue_data["perm"] & PERM_READ:
                 read += [
-                    MessageQueue(queue_data["broker_name"], q, address)
+                    MessageQueue(queue_data["broker_name"], q, reader)
                     for q in range(queue_data["read_queue_nums"])
                 ]
-        return cls(data["topic"], tuple(sorted(write)), tuple(sorted(read)))
+        return cls(data["topic"], tuple(sorted(write)), tuple(sorted(read)), brokers)
+
+    def replicas(self, queue: MessageQueue) -> tuple[str, ...]:
+        """The addresses that hold ``queue``: its own first, then the rest of its broker name's
+        (the master, then the slaves by id)."""
+        others = [address for _, address in sorted(self.brokers.get(queue.broker_name, {}).items())]
+        return (queue.address, *[address for address in others if address != queue.address])
+
+
+# After a broker of a name did not answer, reads stay away from it this long.
+AVOID_S = 5.0
+
+
+class ReadTarget:
+    """Which broker a queue is read from: the master; the slave a broker suggests
+    (``suggest_broker_id``, RocketMQ's whichBrokerWhenConsumeSlowly); the next broker of the name
+    while one does not answer."""
+
+    def __init__(
+        self, queue: MessageQueue, route: TopicRoute, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.home = queue.address
+        self.by_id = dict(route.brokers.get(queue.broker_name, {}))
+        self.order = route.replicas(queue)
+        self.address = self.home
+        self.clock = clock
+        self._avoid: dict[str, float] = {}
+
+    def follow(self, suggest_broker_id: int) -> None:
+        """A broker's answer suggested where to read next."""
+        wanted = self.by_id.get(suggest_broker_id, self.home)
+        if self._avoid.get(wanted, 0.0) <= self.clock():
+            self.address = wanted
+
+    def failed(self) -> None:
+        """The broker read from did not answer: read from the next one of its name for a while."""
+        self._avoid[self.address] = self.clock() + AVOID_S
+        if len(self.order) > 1:
+            index = self.order.index(self.address) if self.address in self.order else -1
+            self.address = self.order[(index + 1) % len(self.order)]
 
 
 class RouteCache:

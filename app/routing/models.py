@@ -6,6 +6,7 @@ topics          name
 queue_data      (topic, broker name) -> read/write queue numbers, permission, flags
 consumer_groups name
 subscriptions   (group, topic) -> filter expression
+ha_epochs       broker name -> epoch, its master, the master's lease and the offset it confirmed
 """
 
 from __future__ import annotations
@@ -73,3 +74,20 @@ class SubscriptionRow(Base):
     )
     topic: Mapped[str] = mapped_column(String(255), primary_key=True)
     expression: Mapped[str] = mapped_column(Text, default="*")
+
+
+class HaEpochRow(Base):
+    """Who is the master of a broker name, in which epoch (RocketMQ 5's controller, kept in the
+    database). A promotion is a compare-and-set on ``epoch``; the master renews ``lease`` (a
+    counter, so no clocks are compared) and reports the CommitLog offset its SEND_OK answers
+    covered."""
+
+    __tablename__ = "ha_epochs"
+
+    broker_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    master_id: Mapped[int] = mapped_column(Integer)  # the master's own WHARF_BROKER_ID
+    master_url: Mapped[str] = mapped_column(String(1024))
+    master_role: Mapped[str] = mapped_column(String(32))
+    lease: Mapped[int] = mapped_column(BigInteger, default=0)
+    confirmed_offset: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.routing.models import BrokerRow, ClusterRow, QueueDataRow, TopicRow
+from app.routing.models import BrokerRow, ClusterRow, HaEpochRow, QueueDataRow, TopicRow
 from app.routing.topic_config import TopicConfig
 
 MASTER_ID = 0
@@ -52,6 +52,22 @@ class BrokerIdentity:
     ha_address: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class HaRecord:
+    """A broker name's replication epoch and master (:class:`HaEpochRow`)."""
+
+    epoch: int
+    master_id: int
+    master_url: str
+    master_role: str
+    lease: int
+    confirmed_offset: int
+
+    @classmethod
+    def of(cls, row: HaEpochRow) -> HaRecord:
+        return cls(row.epoch, row.master_id, row.master_url, row.master_role, row.lease, row.confirmed_offset)
+
+
 class RouteRegistry:
     def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
@@ -74,6 +90,10 @@ class RouteRegistry:
 
     def _register(self, broker: BrokerIdentity, topics: list[TopicConfig], data_version: int) -> None:
         with self.sessions.begin() as session:
+            if broker.broker_id == MASTER_ID:
+                record = session.get(HaEpochRow, broker.broker_name)
+                if record is not None and record.master_url != broker.address:
+                    return  # fenced: another broker is this name's master in a later epoch
             if session.get(ClusterRow, broker.cluster_name) is None:
                 session.add(ClusterRow(name=broker.cluster_name))
                 session.flush()
@@ -200,7 +220,10 @@ class RouteRegistry:
         with self.sessions.begin() as session:
             session.execute(
                 delete(BrokerRow).where(
-                    BrokerRow.broker_name == broker.broker_name, BrokerRow.broker_id == broker.broker_id
+                    BrokerRow.broker_name == broker.broker_name,
+                    BrokerRow.broker_id == broker.broker_id,
+                    # A former master whose id another broker took since leaves that one's row.
+                    BrokerRow.address == broker.address,
                 )
             )
             self._drop_orphans(session)
@@ -229,6 +252,85 @@ class RouteRegistry:
     def _drop_empty_topics(session: Session) -> None:
         used = select(QueueDataRow.topic).distinct()
         session.execute(delete(TopicRow).where(TopicRow.name.not_in(used)))
+
+    # -- replication epochs (RocketMQ 5's controller) ----------------------------------------------
+
+    def ha_record(self, broker_name: str) -> HaRecord | None:
+        with self.sessions() as session:
+            row = session.get(HaEpochRow, broker_name)
+            return HaRecord.of(row) if row is not None else None
+
+    def ha_claim(self, broker_name: str, master_id: int, url: str, role: str) -> HaRecord:
+        """The broker name's record; a master starting where none exists records itself in epoch 0."""
+        record = self.ha_record(broker_name)
+        if record is not None:
+            return record
+        try:
+            with self.sessions.begin() as session:
+                session.add(
+                    HaEpochRow(
+                        broker_name=broker_name,
+                        epoch=0,
+                        master_id=master_id,
+                        master_url=url,
+                        master_role=role,
+                        lease=0,
+                        confirmed_offset=0,
+                    )
+                )
+        except IntegrityError:
+            pass  # another broker of the name claimed it first
+        record = self.ha_record(broker_name)
+        assert record is not None
+        return record
+
+    def ha_renew(
+        self, broker_name: str, epoch: int, master_id: int, url: str, confirmed_offset: int
+    ) -> HaRecord | None:
+        """The master of ``epoch`` renews its lease and reports the offset its SEND_OK answers
+        covered; the record as it is afterwards (another master's if this one was fenced)."""
+        with self.sessions.begin() as session:
+            session.execute(
+                update(HaEpochRow)
+                .where(
+                    HaEpochRow.broker_name == broker_name,
+                    HaEpochRow.epoch == epoch,
+                    HaEpochRow.master_id == master_id,
+                )
+                .values(lease=HaEpochRow.lease + 1, master_url=url, confirmed_offset=confirmed_offset)
+            )
+        return self.ha_record(broker_name)
+
+    def ha_promote(
+        self, broker_name: str, expected_epoch: int, master_id: int, url: str, role: str
+    ) -> HaRecord | None:
+        """Make ``master_id`` the master in epoch ``expected_epoch + 1`` if the record is still at
+        ``expected_epoch`` (compare-and-set: of two racing promotions one wins); None otherwise."""
+        epoch = expected_epoch + 1
+        values = {
+            "epoch": epoch,
+            "master_id": master_id,
+            "master_url": url,
+            "master_role": role,
+            "lease": 0,
+            "confirmed_offset": 0,
+        }
+        try:
+            with self.sessions.begin() as session:
+                if expected_epoch < 0:
+                    session.add(HaEpochRow(broker_name=broker_name, **values))
+                    session.flush()
+                    changed = 1
+                else:
+                    result = session.execute(
+                        update(HaEpochRow)
+                        .where(HaEpochRow.broker_name == broker_name, HaEpochRow.epoch == expected_epoch)
+                        .values(**values)
+                    )
+                    changed = int(getattr(result, "rowcount", 0))
+        except IntegrityError:
+            return None
+        return self.ha_record(broker_name) if changed == 1 else None
 
     # -- queries ---------------------------------------------------------------------------------
 

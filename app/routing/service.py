@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -160,6 +161,21 @@ class RoutingService:
             log.exception("could not unregister %s", self.identity.broker_name)
         # A call stuck in the driver ends at its own timeouts; nobody waits for it.
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def reidentify(self, broker_id: int) -> None:
+        """Register under another broker id (a slave promoted to id 0, a master become a slave):
+        the old row goes unless another broker holds it now, and a heartbeat writes the new one."""
+        old = self.identity
+        if old.broker_id == broker_id:
+            return
+        self.identity = dataclasses.replace(old, broker_id=broker_id)
+        self._route_cache.clear()
+        try:
+            await self.call(self.registry.unregister, old)
+            await self.heartbeat()
+        except RegistryUnavailableError as exc:
+            log.warning("registering as broker id %d waits for the route registry: %s", broker_id, exc)
+            self._heartbeat_now.set()
 
     async def heartbeat(self) -> None:
         """Register in full: touch the broker's row and write the queue data that differ."""

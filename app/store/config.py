@@ -40,6 +40,10 @@ class StoreConfig:
     # Reading.
     max_scan_bytes_per_pull: int = 16_000
     max_transfer_bytes_per_pull: int = 4 * 1024 * 1024
+    # RocketMQ's accessMessageInMemoryMaxRatio: the share of physical memory (percent) that the
+    # newest CommitLog bytes are assumed to occupy in the page cache. A pull further behind than
+    # that reads the disk: the master suggests reading from a slave.
+    access_message_in_memory_max_ratio: float = 40.0
     # Recovery walks this many trailing CommitLog segments after a clean stop.
     recover_segments_normal: int = 3
     # Message index (SPEC 1.6): slots and entries per index file, flush interval, query limit.

@@ -39,6 +39,7 @@ from app.store.consume_queue import ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager
 from app.store.dir_lock import StoreDirectoryLock
 from app.store.disk_guard import DiskGuard, DiskUsageProbe, disk_usage_probe, free_bytes_probe
+from app.store.epochs import EpochLog
 from app.store.errors import NO_SPACE, DiskFullError, ReplicaReadOnlyError, StoreClosedError
 from app.store.file_cache import SegmentCache
 from app.store.filter import MessageFilter
@@ -91,6 +92,8 @@ class MessageStore:
         self.dir_lock = StoreDirectoryLock(config.store_dir)
         # A slave's store: only append_replica writes, so the CommitLog stays its master's.
         self.replica = False
+        # Which master wrote which stretch of the CommitLog (app.store.epochs).
+        self.epochs = EpochLog(config.config_dir / "epochs.json")
         self.checkpoint = Checkpoint(config.checkpoint_path)
         self.queues = queues if queues is not None else QueueTable(config)
         # Every new file asks the guard first (a full disk refuses it before it is allocated).
@@ -326,6 +329,28 @@ class MessageStore:
         """Write bytes a master's CommitLog holds at ``offset`` at the same place here (a slave's
         replication, :meth:`MessageWriter.append_replica`)."""
         return self.writer.append_replica(offset, data)
+
+    def truncate_replica(self, offset: int) -> None:
+        """Cut the CommitLog back to ``offset`` (a record boundary it shares with the master it now
+        follows) and the ConsumeQueue entries past it: a former master drops the tail the new
+        master never had before it appends the new master's bytes. The index keeps its entries;
+        a lookup checks the record it finds."""
+        commitlog = self.commitlog
+        with commitlog.lock:
+            if offset >= commitlog.max_offset:
+                return
+            log.warning("cutting the CommitLog back from %d to %d", commitlog.max_offset, offset)
+            commitlog.files.truncate(offset)
+            commitlog.files.flush_all()
+            commitlog.last_record_offset = -1  # unknown: the next clean start walks the log
+            for queue in self.queues.all():
+                queue.truncate_after(offset)
+                queue.files.flush_all()
+                commitlog.queue_offsets[(queue.topic, queue.queue_id)] = queue.max_offset
+            checkpoint = self.checkpoint
+            checkpoint.commitlog_offset = min(checkpoint.commitlog_offset, offset)
+            checkpoint.consumequeue_offset = min(checkpoint.consumequeue_offset, offset)
+            checkpoint.flush()
 
     def read_replica(self, offset: int, max_bytes: int) -> bytes:
         """Whole records of the CommitLog from ``offset`` (a record boundary), at most

@@ -30,10 +30,6 @@ from app.store.topic_deletions import TopicDeletions
 
 log = logging.getLogger(__name__)
 
-# RocketMQ's accessMessageInMemoryMaxRatio: the share of physical memory that the newest CommitLog
-# bytes are assumed to occupy in the page cache (queryConsumerOffset's "still in memory" test).
-ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
-
 
 def _physical_memory_bytes() -> int:
     try:
@@ -51,11 +47,14 @@ class MessageReader:
         self.queues = queues
         self.deletions = deletions
         self._stale_queues_logged: set[tuple[str, int]] = set()
-        self.in_memory_bytes = _physical_memory_bytes() * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
+        # RocketMQ's accessMessageInMemoryMaxRatio applied: how much of the newest CommitLog is
+        # taken to be in the page cache (checkInDiskByConsumeOffset, whichBrokerWhenConsumeSlowly).
+        self.in_memory_bytes = int(_physical_memory_bytes() * config.access_message_in_memory_max_ratio / 100)
 
     def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, queue_offset: int) -> bool:
         """Whether the message at ``queue_offset`` is old enough to be out of the page cache: more
-        than 40 % of physical memory of CommitLog lies after it (RocketMQ's checkInDiskByConsumeOffset)."""
+        than WHARF_ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO (40 %) of physical memory of CommitLog lies
+        after it (RocketMQ's checkInDiskByConsumeOffset)."""
         queue = self.queues.get(topic, queue_id)
         entry = queue.entry(queue_offset) if queue is not None else None
         if entry is None:
@@ -97,6 +96,7 @@ class MessageReader:
         next_offset = offset
         codes = message_filter.codes if message_filter is not None else None
         topic_bytes = topic.encode()
+        last_physical = 0
         raw = queue.entries(offset, scan_entries)
         if raw is None or (len(raw) >= UNIT.size and UNIT.unpack_from(raw)[0] < commitlog_min):
             # Retention deleted what this offset names since min_offset was read: never read it.
@@ -126,8 +126,26 @@ class MessageReader:
                 records.append(data)
                 queue_offsets.append(current)
                 total += size
-        status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, next_offset, min_offset, max_offset, records, queue_offsets, total)
+                last_physical = physical_offset
+        if not records:
+            return GetMessageResult(
+                GetMessageStatus.NO_MATCHED_MESSAGE,
+                next_offset,
+                min_offset,
+                max_offset,
+                records,
+                queue_offsets,
+            )
+        return GetMessageResult(
+            GetMessageStatus.FOUND,
+            next_offset,
+            min_offset,
+            max_offset,
+            records,
+            queue_offsets,
+            total,
+            commitlog.max_offset - last_physical > self.in_memory_bytes,
+        )
 
     def _skip_stale_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical_offset: int, size: int

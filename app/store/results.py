@@ -59,6 +59,9 @@ class GetMessageResult:
     records: list[memoryview] = field(default_factory=list)
     queue_offsets: list[int] = field(default_factory=list)
     total_bytes: int = 0
+    # The records read lie further behind the CommitLog's end than the page cache is taken to hold
+    # (WHARF_ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO): a consumer this slow had better read a slave.
+    reads_disk: bool = False
 
     @property
     def message_count(self) -> int:

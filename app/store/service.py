@@ -34,6 +34,7 @@ class ServiceThread:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self._stopping.clear()  # a service stopped before can start again
         self._thread = threading.Thread(target=self._run, name=f"wharf-{self.name}", daemon=True)
         self._thread.start()
 

@@ -58,6 +58,8 @@ OPERATION_IDS = {
     ("get", "/v1/admin/disk"): "getDiskUsage",
     ("get", "/v1/admin/ha"): "getReplication",
     ("get", "/v1/ha/metadata"): "getReplicationMetadata",
+    ("post", "/v1/admin/ha/promote"): "promoteSlave",
+    ("post", "/v1/ha/offsets"): "takeSlaveOffsets",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/v1/stats"): "getStats",

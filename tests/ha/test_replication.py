@@ -7,18 +7,23 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.api.acl_setup import ADMIN, acl_broker
 from tests.api.server import BrokerProcess
+from tests.ha.replicas import (
+    QUEUES,
+    TOPIC,
+    caught_up,
+    commitlog_bytes,
+    ha,
+    produce,
+    pulled_bodies,
+    topic_config,
+)
 from tests.transactions.transacting import wait_until
-
-TOPIC = "replicated"
-QUEUES = 2
-
 
 # How long a slave's metadata request waits for a change before it copies the offsets again.
 METADATA_INTERVAL_MS = 300
@@ -34,12 +39,6 @@ def make_slave(tmp_path: Path, master: BrokerProcess, name: str = "slave") -> Br
     )
 
 
-def topic_config(broker: BrokerProcess, name: str) -> dict[str, Any] | None:
-    response = httpx.get(f"{broker.url}/v1/topics/{name}")
-    assert response.status_code in (200, 404), response.text
-    return dict(response.json()) if response.status_code == 200 else None
-
-
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     master = BrokerProcess(tmp_path / "master").start()
@@ -52,38 +51,6 @@ def pair(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     finally:
         slave.kill()
         master.kill()
-
-
-def produce(broker: BrokerProcess, bodies: list[str]) -> httpx.Response:
-    messages = [{"body": body, "queue_id": number % QUEUES} for number, body in enumerate(bodies)]
-    return httpx.post(f"{broker.url}/v1/topics/{TOPIC}/messages", json={"messages": messages}, timeout=30)
-
-
-def pulled_bodies(broker: BrokerProcess) -> list[str]:
-    bodies = []
-    for queue_id in range(QUEUES):
-        response = httpx.get(
-            f"{broker.url}/v1/topics/{TOPIC}/queues/{queue_id}/messages",
-            params={"offset": 0, "max_messages": 1000},
-        )
-        assert response.status_code == 200, response.text
-        bodies.extend(message["body"] for message in response.json()["messages"])
-    return sorted(bodies)
-
-
-def ha(broker: BrokerProcess) -> dict[str, Any]:
-    response = httpx.get(f"{broker.url}/v1/admin/ha")
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def commitlog_bytes(store_dir: Path) -> dict[str, bytes]:
-    directory = store_dir / "commitlog"
-    return {path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.name.isdigit()}
-
-
-def caught_up(master: BrokerProcess, slave: BrokerProcess) -> bool:
-    return ha(slave)["commitlog_max_offset"] == ha(master)["commitlog_max_offset"]
 
 
 def test_the_slave_holds_the_masters_commitlog_byte_for_byte(
@@ -248,6 +215,27 @@ def test_offsets_follow_the_master_and_the_greater_offset_wins(
     wait_until(lambda: committed(slave, "billing").get(0) == 6, what="the greater offset to reach the slave")
 
 
+def test_offsets_committed_on_a_slave_while_its_master_is_away_reach_the_master_when_it_is_back(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    master, slave = pair
+    assert produce(master, [f"m{number}" for number in range(12)]).status_code == 200
+    commit(master, "billing", 2)
+    wait_until(lambda: committed(slave, "billing").get(0) == 2, what="the offset to reach the slave")
+    master.stop()
+    commit(slave, "billing", 5)  # a consumer read on the slave while the master was away
+    commit(slave, "audit", 1)
+    master.start()
+    wait_until(
+        lambda: committed(master, "billing").get(0) == 5, what="the slave's offset to reach the master"
+    )
+    assert committed(master, "audit")[0] == 1
+    # The greater offset wins on the master too: a slave's older offset does not move it back.
+    commit(master, "billing", 6)
+    wait_until(lambda: committed(slave, "billing").get(0) == 6, what="the master's offset to reach the slave")
+    assert committed(master, "billing")[0] == 6
+
+
 def test_a_topic_change_reaches_the_slave_at_once_not_at_the_next_interval(tmp_path: Path) -> None:
     """The slave's metadata request is held until the master's topics change, then answered."""
     master = BrokerProcess(tmp_path / "master").start()
@@ -297,3 +285,51 @@ def test_a_slave_signs_in_to_a_master_with_an_acl(tmp_path: Path) -> None:
     finally:
         for broker in (anonymous, signed_in, master):
             broker.kill()
+
+
+def in_memory_ratio(byte_count: int) -> float:
+    """WHARF_ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO that makes ``byte_count`` bytes of this machine's memory."""
+    return byte_count * 100 / (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def suggested(broker: BrokerProcess, offset: int, binary: bool = False) -> int:
+    url = f"{broker.url}/v1/topics/{TOPIC}/queues/0/messages"
+    params = {"offset": offset, "max_messages": 1}
+    if binary:
+        response = httpx.get(url, params=params, headers={"Accept": "application/vnd.wharf.records"})
+        assert response.status_code == 200, response.text
+        return int(response.headers["X-Wharf-Suggest-Broker-Id"])
+    response = httpx.get(url, params=params)
+    assert response.status_code == 200, response.text
+    return int(response.json()["suggest_broker_id"])
+
+
+def test_a_consumer_reading_behind_the_page_cache_is_sent_to_the_slave_and_back(tmp_path: Path) -> None:
+    # The page cache is taken to hold the newest 8 KiB of CommitLog: 1 KiB messages further back
+    # than 8 of them read the disk.
+    ratio = in_memory_ratio(8 * 1024)
+    master = BrokerProcess(tmp_path / "master", access_message_in_memory_max_ratio=ratio).start()
+    slave = BrokerProcess(
+        tmp_path / "slave",
+        broker_role="SLAVE",
+        broker_id=1,
+        ha_master_url=master.url,
+        ha_metadata_interval_ms=METADATA_INTERVAL_MS,
+        access_message_in_memory_max_ratio=ratio,
+    )
+    try:
+        assert (
+            httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES}).status_code == 201
+        )
+        assert produce(master, ["x" * 1024] * 40).status_code == 200
+        assert suggested(master, 0) == 0  # no slave to send the consumer to
+        slave.start()
+        wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
+        assert suggested(master, 0) == 1 and suggested(master, 0, binary=True) == 1
+        # Queue 0 holds every other message: its offset 19 is the last but one message stored.
+        assert suggested(master, 19) == 0 and suggested(master, 19, binary=True) == 0
+        assert suggested(slave, 0) == 1  # still slow: stay on the slave
+        assert suggested(slave, 19) == 0  # caught up: back to the master
+    finally:
+        slave.kill()
+        master.kill()

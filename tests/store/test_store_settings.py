@@ -45,6 +45,7 @@ def test_store_config_carries_every_setting(tmp_path: Path) -> None:
     changed["disk_force_clean_ratio"] = 80
     changed["disk_refuse_writes_ratio"] = 89
     changed["disk_accept_writes_ratio"] = 84
+    changed["access_message_in_memory_max_ratio"] = 12.5
     assert set(changed) == {field.name for field in STORE_FIELDS}
     config = Settings(store_dir=tmp_path, host="10.1.2.3", port=9000, **changed).store_config()  # type: ignore[arg-type]
     for name, value in changed.items():
