@@ -2,8 +2,9 @@
 
 ``/v1/ha/replicate?offset=N&broker_id=B&url=U&epochs=E:S,...``: the slave asks for the CommitLog
 from offset N, naming the epochs its log holds (app.store.epochs). The master's first frame is text,
-``{"epochs": [[E, S], ...], "truncate_to": T}``: when T is not null the slave's log goes past what the
-two share, and the slave cuts it to T and asks again. Then the master sends binary frames (8-byte
+``{"epochs": [[E, S], ...], "truncate_to": T, "start_at": A}``: when T is not null the slave's log
+goes past what the two share, and the slave cuts it to T and asks again; when A is past N (retention
+deleted the CommitLog before A) the slave drops its log and the stream starts at A. Then the master sends binary frames (8-byte
 big-endian CommitLog offset, then whole records) and the slave sends text frames
 ``{"acked_offset": M}``. ``GET /v1/ha/metadata``: the master's topic
 configurations and offsets, which a slave follows (app.broker.ha_metadata).
@@ -152,6 +153,7 @@ async def replicate(websocket: WebSocket) -> None:
         await websocket.send_text(json.dumps(first))
         if first["truncate_to"] is not None:
             return  # the slave cuts its log and asks again
+        offset = first["start_at"]
         link = master.connect(
             _int_param(websocket, "broker_id"), websocket.query_params.get("url", ""), offset
         )

@@ -17,6 +17,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.store import MessageStore
 from app.store.epochs import Epoch, common_point
@@ -120,12 +121,17 @@ class HaMaster:
         self._fail_waiting()
         self.signal.notify()
 
-    def handshake(self, slave_epochs: list[Epoch], offset: int) -> dict[str, object]:
+    def handshake(self, slave_epochs: list[Epoch], offset: int) -> dict[str, Any]:
         """The first frame to a slave that asks for ``offset`` with ``slave_epochs``: this log's
-        epochs and, when the slave's log goes past what the two share, where to cut it."""
+        epochs; when the slave's log goes past what the two share, where to cut it; and where the
+        stream starts (this log's first offset when the slave asks for one retention deleted)."""
         entries = self.store.epochs.entries
+        first = self.store.commitlog.min_offset
+        if offset < first:
+            # Retention deleted what the slave lacks: it starts again from this log's first segment.
+            return {"epochs": entries, "truncate_to": None, "start_at": first}
         common = common_point(entries, self.store.commitlog.max_offset, slave_epochs or [(0, 0)], offset)
-        return {"epochs": entries, "truncate_to": common if common < offset else None}
+        return {"epochs": entries, "truncate_to": common if common < offset else None, "start_at": offset}
 
     # -- the stream ------------------------------------------------------------------------------
 

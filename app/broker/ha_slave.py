@@ -205,6 +205,10 @@ class HaSlave:
             raise StaleMasterError(
                 f"{master} is in epoch {entries[-1][0]}, behind this log's epoch {self.store.epochs.last}"
             )
+        start = answer.get("start_at", offset)
+        if start > offset:
+            log.warning("%s stores its CommitLog from %d only: starting this copy again there", master, start)
+            await asyncio.to_thread(self.store.restart_replica_at, start)
         cut = answer.get("truncate_to")
         if cut is not None and cut < offset:
             log.warning("%s lacks this log past %d (epochs %s): cutting it there", master, cut, entries)

@@ -198,7 +198,9 @@ class CommitLog:
         with self.lock:
             if self.closed:
                 raise StoreClosedError("the CommitLog is closed")
-            if offset != self.files.max_offset:
+            # An empty log starts wherever its master's starts: at a segment boundary.
+            starts_empty = not self.files.files and offset % self.file_size == 0
+            if offset != self.files.max_offset and not starts_empty:
                 raise ReplicaError(
                     f"replicated bytes start at {offset}, this CommitLog ends at {self.files.max_offset}"
                 )

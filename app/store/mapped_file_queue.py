@@ -294,6 +294,14 @@ class MappedFileQueue:
         self.files = keep
         self.flushed_where = min(self.flushed_where, offset) if keep else offset
 
+    def clear(self) -> None:
+        """Delete every segment, newest first: the queue starts again empty."""
+        self._drop_prepared()
+        for mapped in reversed(self.files):
+            mapped.destroy()
+        self.files = []
+        self.flushed_where = 0
+
     def set_end(self, offset: int, zero_tail: bool = True) -> None:
         """After recovery: every segment before ``offset`` is full and flushed, the rest is cut."""
         self.truncate(offset, zero_tail)

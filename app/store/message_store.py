@@ -352,6 +352,27 @@ class MessageStore:
             checkpoint.consumequeue_offset = min(checkpoint.consumequeue_offset, offset)
             checkpoint.flush()
 
+    def restart_replica_at(self, offset: int) -> None:
+        """Drop the whole CommitLog and every ConsumeQueue entry, so that the next replicated bytes
+        may start at ``offset`` (a segment boundary): a slave behind what its master still stores
+        (retention deleted the rest) starts again from the master's first segment."""
+        commitlog = self.commitlog
+        with commitlog.lock:
+            log.warning(
+                "dropping the CommitLog (%d..%d) to copy the master's from %d",
+                commitlog.min_offset,
+                commitlog.max_offset,
+                offset,
+            )
+            commitlog.files.clear()
+            commitlog.last_record_offset = -1
+            commitlog.queue_offsets.clear()
+            for queue in self.queues.all():
+                queue.files.clear()
+                queue.min_logic_offset = queue.max_physical_end = 0
+            self.checkpoint.commitlog_offset = self.checkpoint.consumequeue_offset = 0
+            self.checkpoint.flush()
+
     def read_replica(self, offset: int, max_bytes: int) -> bytes:
         """Whole records of the CommitLog from ``offset`` (a record boundary), at most
         ``max_bytes`` of them and within one segment, for a slave; a segment's trailing blank

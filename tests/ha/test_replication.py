@@ -333,3 +333,53 @@ def test_a_consumer_reading_behind_the_page_cache_is_sent_to_the_slave_and_back(
     finally:
         slave.kill()
         master.kill()
+
+
+RETENTION = {
+    "commitlog_file_size": 4096,
+    "consumequeue_file_entries": 16,
+    "file_reserved_time_h": 0,
+    "delete_files_max_per_pass": 2,
+    "destroy_forcibly_interval_ms": 0,
+}
+
+
+@pytest.mark.parametrize("slave_has_a_log", [False, True], ids=["new slave", "slave left behind"])
+def test_a_slave_behind_the_masters_retention_starts_again_from_its_first_segment(
+    tmp_path: Path, slave_has_a_log: bool
+) -> None:
+    master = BrokerProcess(tmp_path / "master", **RETENTION).start()
+    slave = BrokerProcess(
+        tmp_path / "slave",
+        broker_role="SLAVE",
+        broker_id=1,
+        ha_master_url=master.url,
+        ha_metadata_interval_ms=METADATA_INTERVAL_MS,
+        **RETENTION,
+    )
+    try:
+        assert (
+            httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES}).status_code == 201
+        )
+        if slave_has_a_log:
+            slave.start()
+            assert produce(master, ["old"]).status_code == 200
+            wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
+            slave.kill()
+        assert produce(master, ["x" * 100 + str(n) for n in range(120)]).status_code == 200
+        report = httpx.post(f"{master.url}/v1/admin/clean").json()
+        assert report["commitlog_segments"] == 2, report
+        first = min(
+            int(path.name) for path in (master.store_dir / "commitlog").iterdir() if path.name.isdigit()
+        )
+        assert first > 0
+
+        slave.start()
+        wait_until(lambda: caught_up(master, slave), what="the slave to copy what the master still holds")
+        assert ha(slave)["commitlog_max_offset"] == ha(master)["commitlog_max_offset"]
+        held = pulled_bodies(master)
+        assert 0 < len(held) < 120 and pulled_bodies(slave) == held
+        assert commitlog_bytes(slave.store_dir) == commitlog_bytes(master.store_dir)
+    finally:
+        slave.kill()
+        master.kill()
