@@ -85,6 +85,9 @@ class MetadataOut(BaseModel):
     version: int = Field(description="The master's metadata version: pass it back to wait for a change")
     topics: list[TopicConfigOut] = Field(description="Every topic configuration of the master")
     offsets: list[OffsetOut] = Field(description="Every committed consumer offset of the master")
+    delay_offsets: list[int] = Field(
+        description="The next offset of each delay level's queue (level 1 first): delivered below it"
+    )
 
 
 @router.get(

@@ -150,7 +150,9 @@ class Broker:
         pull) have passed."""
         self.require_master()
         await self.metadata.wait_past(version, min(wait_ms, self.settings.max_wait_ms) / 1000)
-        return ha_metadata.snapshot(self.metadata.version, self.topics, self.store)
+        return ha_metadata.snapshot(
+            self.metadata.version, self.topics, self.store, self.delays.schedule.offsets
+        )
 
     async def apply_master_metadata(self, answer: dict[str, Any]) -> None:
         """A slave takes its master's topic configurations and the offsets ahead of its own."""
@@ -163,6 +165,8 @@ class Broker:
             await self.topics_changed(upserted, deleted)
         await asyncio.to_thread(ha_metadata.apply_offsets, self.store, answer["offsets"])
         self.master_offsets = ha_metadata.offsets_of(answer["offsets"])
+        if not self.delays.started:
+            await asyncio.to_thread(self.delays.schedule.follow, answer.get("delay_offsets", []))
 
     async def offsets_ahead_of_master(self) -> list[dict[str, Any]]:
         """A slave's committed offsets ahead of its master's last answer: handed to the master."""

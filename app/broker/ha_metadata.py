@@ -1,8 +1,9 @@
 """Metadata a slave copies from its master besides the CommitLog (RocketMQ's SlaveSynchronize):
-topic configurations and consumer offsets.
+topic configurations, consumer offsets (pop consumption keeps its progress there too) and the
+delay levels' delivery progress.
 
 The master answers ``GET /v1/ha/metadata?version=V&wait_ms=W`` with ``{"version", "topics",
-"offsets"}``, at once when its metadata version is not ``V`` (a topic was created, changed or
+"offsets", "delay_offsets"}``, at once when its metadata version is not ``V`` (a topic was created, changed or
 deleted since), else once it changes or ``W`` ms have passed. The slave asks again as soon as it has
 applied an answer, so topic changes follow at once and offsets at least every ``W`` ms.
 
@@ -44,12 +45,16 @@ class MetadataVersion:
             await asyncio.wait_for(self._changed.wait(), timeout_s)
 
 
-def snapshot(version: int, topics: TopicConfigManager, store: MessageStore) -> dict[str, Any]:
-    """What a slave copies: the master's topic configurations and committed offsets."""
+def snapshot(
+    version: int, topics: TopicConfigManager, store: MessageStore, delay_offsets: list[int]
+) -> dict[str, Any]:
+    """What a slave copies: the master's topic configurations, committed offsets and the next
+    offset of each delay level's queue."""
     return {
         "version": version,
         "topics": [dataclasses.asdict(config) for config in topics.all()],
         "offsets": [entry._asdict() for entry in store.consumer_offsets.all()],
+        "delay_offsets": list(delay_offsets),
     }
 
 

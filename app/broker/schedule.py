@@ -129,6 +129,17 @@ class ScheduleMessageService(ServiceThread):
                 return waiting
         return now_ms  # more is due: the next pass comes at once
 
+    def follow(self, offsets: list[int]) -> bool:
+        """A slave takes its master's progress where it is ahead of its own and writes it, for the
+        start after a promotion; whether anything moved. Only while the service is not running."""
+        merged = [max(own, theirs) for own, theirs in zip(self.offsets, offsets, strict=False)]
+        merged += self.offsets[len(merged) :]
+        if merged == self.offsets:
+            return False
+        self.offsets = merged
+        self._persist(self.now_ms(), force=True)
+        return True
+
     def _persist(self, now_ms: int, force: bool = False) -> None:
         if self.offsets == self._persisted:
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -383,3 +384,21 @@ def test_a_slave_behind_the_masters_retention_starts_again_from_its_first_segmen
     finally:
         slave.kill()
         master.kill()
+
+
+def test_the_delay_levels_progress_follows_the_master(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
+    master, slave = pair
+    response = httpx.post(
+        f"{master.url}/v1/topics/{TOPIC}/messages",
+        json={"messages": [{"body": "later", "queue_id": 0, "delay_level": 1}]},
+    )
+    assert response.status_code == 200, response.text
+    wait_until(lambda: "later" in pulled_bodies(master), what="the delivery on the master")
+    progress = slave.store_dir / "config" / "delayOffset.json"
+
+    def level_one() -> int:
+        return int(json.loads(progress.read_text())["offsetTable"]["1"]) if progress.exists() else 0
+
+    # The slave would deliver the message again after a promotion without the master's progress.
+    wait_until(lambda: level_one() == 1, what="the delivery progress to reach the slave")
+    assert "later" in pulled_bodies(slave)
