@@ -219,8 +219,12 @@ class HaRole:
             self.url,
             self.confirmed_offset,
         )
-        if record is None:
-            return
+        if record is None:  # no record yet (the registry could not be reached at the start)
+            record = await self._registry(
+                "ha_claim", self.settings.broker_name, self.settings.broker_id, self.url, self.role
+            )
+            if record is None:
+                return
         self.record = record
         if record.master_id == self.settings.broker_id and record.epoch == self.epoch:
             self._lease_until = started + self._lease_s
