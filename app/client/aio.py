@@ -14,7 +14,7 @@ from typing import Generic, Self, TypeVar
 import httpx
 
 from app.client.auth import User, basic_auth
-from app.client.errors import BrokerUnavailableError, raise_for_envelope
+from app.client.errors import BrokerUnavailableError, raise_for_envelope, transport_reason
 from app.client.routes import TopicRoute
 
 Key = TypeVar("Key", bound=Hashable)
@@ -90,7 +90,7 @@ class AsyncRouteCache:
             try:
                 response = await self.http.get(f"{address}/v1/topics/{topic}/route")
             except httpx.HTTPError as exc:
-                errors.append(f"{address}: {exc!r}")
+                errors.append(f"{address}: {transport_reason(exc)}")
                 continue
             raise_for_envelope(response)
             return TopicRoute.from_json(response.json())

@@ -27,7 +27,7 @@ import httpx
 
 from app.client.aio import AsyncHttpOwner, AsyncRouteCache, bootstrap_list
 from app.client.auth import User, basic_auth
-from app.client.consumer import MOVE_ON, ConsumedMessage, pull_params
+from app.client.consumed import AT_END, MOVE_ON, ConsumedMessage, pull_params
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.routes import MessageQueue, ReadTarget
 from app.codec import RECORDS_MEDIA_TYPE, decode_records
@@ -56,6 +56,7 @@ class AsyncConsumer(AsyncHttpOwner):
         user: User | None = None,
         start: str = "last",
         auto_commit: bool = True,
+        stop_at_end: bool = False,
     ) -> None:
         self.topic = topic
         self.group = group
@@ -70,6 +71,9 @@ class AsyncConsumer(AsyncHttpOwner):
         self.commit_interval_s = commit_interval_s
         self.start_from = start
         self.auto_commit = auto_commit
+        # Read each queue to its end once, then stop: ``drained`` turns true (``wharf consume``).
+        self.stop_at_end = stop_at_end
+        self._at_end: set[MessageQueue] = set()
         # One long poll per queue holds a connection; no pool limit may queue them behind each other.
         self.http = httpx.AsyncClient(
             timeout=timeout_s + max_wait_ms / 1000,
@@ -123,6 +127,11 @@ class AsyncConsumer(AsyncHttpOwner):
     @property
     def queues(self) -> list[MessageQueue]:
         return sorted(self._fetchers)
+
+    @property
+    def drained(self) -> bool:
+        """With ``stop_at_end``: every queue was read to its end and every message fetched handed out."""
+        return len(self._at_end) == len(self._fetchers) and self._cache.empty()
 
     # -- consuming -------------------------------------------------------------------------------
 
@@ -254,3 +263,6 @@ class AsyncConsumer(AsyncHttpOwner):
                 offset = next_offset
             elif status in MOVE_ON or offset is None:
                 offset = next_offset
+            if self.stop_at_end and status in AT_END:
+                self._at_end.add(queue)
+                return

@@ -30,9 +30,9 @@ import httpx
 
 from app.client.aio import AsyncHttpOwner, AsyncRouteCache, OrderedLines, Turn, bootstrap_list
 from app.client.auth import User, basic_auth
-from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
+from app.client.errors import BrokerError, WharfClientError, raise_for_envelope, transport_reason
 from app.client.fault import LatencyFaultTolerance
-from app.client.producer import OutgoingMessage, SendResult, send_results
+from app.client.outgoing import OutgoingMessage, SendResult, send_results
 from app.client.routes import MessageQueue, TopicRoute
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.sharding import queue_for_key
@@ -111,11 +111,60 @@ class AsyncProducer(AsyncHttpOwner):
         Returns a task at once, its place in line already taken: of the batches this producer sends
         to one queue, one sent earlier is stored earlier. ``queue_id`` keeps the batch to queues with
         that id (on whichever broker serves one)."""
+        return self._start(topic, messages, sharding_key, queue_id, None)
+
+    def begin(
+        self,
+        topic: str,
+        body: bytes | str,
+        producer_group: str,
+        *,
+        tags: str = "",
+        keys: Sequence[str] = (),
+        properties: dict[str, str] | None = None,
+        sharding_key: str | None = None,
+    ) -> asyncio.Future[SendResult]:
+        """Begin a transaction: store the message invisibly (a half message of ``producer_group``);
+        await the task for its :class:`SendResult`. Make it visible with :meth:`commit`, or drop
+        it with :meth:`rollback`. A retry after a lost answer repeats the unique id, so the broker
+        answers the same transaction."""
+        message = OutgoingMessage(
+            body.encode() if isinstance(body, str) else body, tags, list(keys), properties or {}
+        )
+        params = {"transaction": "begin", "producer_group": producer_group}
+        return asyncio.ensure_future(self._first(self._start(topic, [message], sharding_key, None, params)))
+
+    async def commit(self, begun: SendResult) -> dict[str, object]:
+        """Commit the transaction ``begun`` (at the broker that holds it); the broker's answer."""
+        return await self._end(begun, "commit")
+
+    async def rollback(self, begun: SendResult) -> dict[str, object]:
+        """Roll back the transaction ``begun``; the broker's answer."""
+        return await self._end(begun, "rollback")
+
+    async def _end(self, begun: SendResult, verb: str) -> dict[str, object]:
+        if begun.transaction_id is None:
+            raise WharfClientError("not a transaction's begin: it has no transaction_id")
+        response = await self.http.post(f"{begun.address}/v1/transactions/{begun.transaction_id}/{verb}")
+        raise_for_envelope(response)
+        answer: dict[str, object] = response.json()
+        return answer
+
+    def _start(
+        self,
+        topic: str,
+        messages: Sequence[OutgoingMessage],
+        sharding_key: str | None,
+        queue_id: int | None,
+        params: dict[str, str] | None,
+    ) -> asyncio.Future[list[SendResult]]:
         for message in messages:
             if message.unique_id is None:
                 message.unique_id = uuid.uuid4().hex.upper()
         admission = self._admissions.take(topic)
-        sending = asyncio.ensure_future(self._send(topic, list(messages), sharding_key, queue_id, admission))
+        sending = asyncio.ensure_future(
+            self._send(topic, list(messages), sharding_key, queue_id, admission, params)
+        )
         self._pending.add(sending)
         sending.add_done_callback(self._pending.discard)
         return sending
@@ -131,6 +180,7 @@ class AsyncProducer(AsyncHttpOwner):
         sharding_key: str | None,
         queue_id: int | None,
         admission: Turn,
+        params: dict[str, str] | None,
     ) -> list[SendResult]:
         turn: Turn | None = None
         try:
@@ -150,14 +200,15 @@ class AsyncProducer(AsyncHttpOwner):
                         previous.end()
                         await turn.wait()
                 try:
-                    return await self._post_timed(topic, queue, messages)
+                    return await self._post_timed(topic, queue, messages, params)
                 except (httpx.HTTPError, BrokerError) as exc:
                     if isinstance(exc, BrokerError) and not exc.retryable:
                         raise
                     self.faults.update(queue.broker_name, 0, failed=True)
                     last_error = exc
             raise WharfClientError(
-                f"sending to {topic!r} failed after {self.retries + 1} tries: {last_error!r}"
+                f"sending to {topic!r} failed after {self.retries + 1} tries: "
+                f"{transport_reason(last_error) if last_error is not None else None}"
             )
         finally:
             admission.end()
@@ -176,21 +227,22 @@ class AsyncProducer(AsyncHttpOwner):
         return select_queue(queues, sharding_key, avoid, self.faults, self._counter)
 
     async def _post_timed(
-        self, topic: str, queue: MessageQueue, messages: list[OutgoingMessage]
+        self, topic: str, queue: MessageQueue, messages: list[OutgoingMessage], params: dict[str, str] | None
     ) -> list[SendResult]:
         async with self._in_flight:
             started = time.monotonic()
-            results = await self._post(topic, queue, messages)
+            results = await self._post(topic, queue, messages, params)
             self.faults.update(queue.broker_name, (time.monotonic() - started) * 1000)
             return results
 
     async def _post(
-        self, topic: str, queue: MessageQueue, messages: list[OutgoingMessage]
+        self, topic: str, queue: MessageQueue, messages: list[OutgoingMessage], params: dict[str, str] | None
     ) -> list[SendResult]:
         response = await self.http.post(
             f"{queue.address}/v1/topics/{topic}/messages",
             content=encode_batch(_incoming(messages, queue.queue_id)),
             headers={"content-type": BATCH_MEDIA_TYPE},
+            params=params,
         )
         raise_for_envelope(response)
         return send_results(response, queue)

@@ -37,7 +37,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 
 from app.client.aio import AsyncRouteCache, authorization_headers, bootstrap_list
 from app.client.auth import User, basic_auth
-from app.client.consumer import ConsumedMessage
+from app.client.consumed import ConsumedMessage
 from app.client.errors import BrokerError, WharfClientError
 from app.client.routes import MessageQueue
 from app.codec import decode_records

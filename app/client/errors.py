@@ -7,6 +7,8 @@ WharfClientError                no broker could be reached, or retries ran out
 
 from __future__ import annotations
 
+import os
+
 import httpx
 
 
@@ -42,3 +44,14 @@ def raise_for_envelope(response: httpx.Response) -> None:
         raise BrokerError(response.status_code, int(body["error_code"]), str(body["message"]), body)
     except (ValueError, KeyError, TypeError):
         raise BrokerError(response.status_code, response.status_code * 100, response.text[:200]) from None
+
+
+def transport_reason(error: BaseException) -> str:
+    """What a failed connection says, down to the system's reason when one is known ("Connection
+    refused"): asyncio's transports bury the errno a few causes deep."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return f"{error!r} ({os.strerror(seen.errno)})"
+        seen = seen.__cause__ or seen.__context__
+    return repr(error)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.client import OutgoingMessage, Producer, PullConsumer
+from app.client import OutgoingMessage, Producer, PullConsumer, TopicRoute
 from tests.api.server import BrokerProcess
 
 
@@ -61,7 +61,8 @@ def test_a_restarted_consumer_resumes_after_what_it_finished(broker: BrokerProce
     # Committing as it goes, then dying with r7 in hand: r7 was never finished, so it comes again.
     crashed = PullConsumer(broker.url, "resume", "g1", max_wait_ms=300, commit_interval_s=0).start()
     assert consume(crashed, 4) == [f"r{i}".encode() for i in range(4, 8)]
-    crashed._stop.set()  # the process dies: no close, no last commit
+    crashed.consumer.auto_commit = False  # the process dies: no last commit
+    crashed.close()
 
     with PullConsumer(broker.url, "resume", "g1", max_wait_ms=300) as consumer:
         rest = consume(consumer, 5)
@@ -75,10 +76,10 @@ def test_flow_control_caps_what_the_consumer_caches(broker: BrokerProcess, tmp_p
     consumer = PullConsumer(broker.url, "flow", "slow", batch_size=8, max_cached_messages=20, max_wait_ms=300)
     with consumer:
         deadline = time.monotonic() + 5
-        while consumer._cached_messages < 20 and time.monotonic() < deadline:
+        while consumer.consumer._cached_messages < 20 and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.5)  # give the fetcher every chance to overshoot
-        assert 20 <= consumer._cached_messages < 20 + 8
+        assert 20 <= consumer.consumer._cached_messages < 20 + 8
         assert len(consume(consumer, 200)) == 200
 
 
@@ -112,10 +113,14 @@ def test_producer_retries_on_another_broker_after_a_failure(broker: BrokerProces
     dead = DeadBroker()
     try:
         with Producer(broker.url) as producer:
-            live = producer.routes.get("retry")
+            live = producer.route("retry")
             dead_queue = type(live.write_queues[0])("broker-dead", 0, dead.url)
             stale = type(live)("retry", (dead_queue, *live.write_queues), live.read_queues)
-            producer.routes.get = lambda topic, refresh=False: stale  # type: ignore[method-assign]
+
+            async def stale_route(topic: str, refresh: bool = False) -> TopicRoute:
+                return stale
+
+            producer.routes.get = stale_route  # type: ignore[method-assign]
             results = [producer.send("retry", f"x{i}") for i in range(6)]
     finally:
         dead.close()

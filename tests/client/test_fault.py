@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from app.client.aio_producer import select_queue
 from app.client.fault import LatencyFaultTolerance, avoid_duration_ms
-from app.client.producer import Producer
 from app.client.routes import MessageQueue, TopicRoute
 
 
@@ -59,29 +61,22 @@ def queues() -> tuple[MessageQueue, ...]:
 
 
 def test_selection_skips_avoided_brokers_and_the_one_that_just_failed() -> None:
-    clock = Clock()
-    producer = Producer("http://unused", clock=clock)
-    try:
-        producer.faults.update("a", 0, failed=True)
-        picked = {producer._select(queues(), None, avoid="b").broker_name for _ in range(12)}
-        assert picked == {"c"}
-        everyone_bad = {"a", "b", "c"}
-        for name in everyone_bad:
-            producer.faults.update(name, 0, failed=True)
-        # All avoided: still send somewhere other than the broker that just failed.
-        assert producer._select(queues(), None, avoid="a").broker_name in {"b", "c"}
-    finally:
-        producer.close()
+    faults, counter = LatencyFaultTolerance(Clock()), itertools.count()
+    faults.update("a", 0, failed=True)
+    picked = {select_queue(queues(), None, "b", faults, counter).broker_name for _ in range(12)}
+    assert picked == {"c"}
+    everyone_bad = {"a", "b", "c"}
+    for name in everyone_bad:
+        faults.update(name, 0, failed=True)
+    # All avoided: still send somewhere other than the broker that just failed.
+    assert select_queue(queues(), None, "a", faults, counter).broker_name in {"b", "c"}
 
 
 def test_sharding_key_always_picks_the_same_queue() -> None:
-    producer = Producer("http://unused")
-    try:
-        picks = {producer._select(queues(), "customer-9", avoid=None) for _ in range(10)}
-        assert len(picks) == 1
-        assert producer._select(queues(), "customer-9", avoid=picks.pop().broker_name) in queues()
-    finally:
-        producer.close()
+    faults, counter = LatencyFaultTolerance(Clock()), itertools.count()
+    picks = {select_queue(queues(), "customer-9", None, faults, counter) for _ in range(10)}
+    assert len(picks) == 1
+    assert select_queue(queues(), "customer-9", picks.pop().broker_name, faults, counter) in queues()
 
 
 def test_route_takes_master_addresses_and_permissions() -> None:

@@ -194,7 +194,7 @@ def test_the_producer_follows_a_421_to_the_broker_that_hosts_the_topic(cluster: 
     httpx.post(f"{cluster[0].url}/v1/topics", json={"name": "moved", "brokers": ["broker-1"]})
     assert wait_for(lambda: httpx.get(f"{cluster[0].url}/v1/topics/moved/route").status_code == 200)
     with Producer(cluster[0].url) as producer:
-        real = producer.routes.get("moved")
+        real = producer.route("moved")
         queue = real.write_queues[0]
         wrong = type(real)("moved", (type(queue)(queue.broker_name, 0, cluster[0].url),), real.read_queues)
         producer.routes._routes["moved"] = (time.monotonic() + 60, wrong)
