@@ -17,8 +17,9 @@ system writes and reads one ordered log.
   batch of 100 at a time, messages/s. Redis: pipelines of 100 ``XADD`` (not transactions), then
   ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async`` awaited together per
   batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf binary: binary batches
-  (``application/vnd.wharf.batch``) POSTed over keep-alive connections, then pulls with
-  ``Accept: application/vnd.wharf.records``, every record decoded (``decode_records``, the compiled kernel's decoder the client uses). Wharf JSON:
+  (``application/vnd.wharf.batch``) sent by the asyncio client's ``AsyncProducer`` (4 batches in
+  flight over keep-alive connections), then read by its ``AsyncConsumer`` (long polls with
+  ``Accept: application/vnd.wharf.records``, every record decoded by the compiled kernel). Wharf JSON:
   ``{"messages": [...]}`` with base64 bodies, then JSON pulls with the bodies decoded. Every reader
   checks it got every message and every byte. The broker process's CPU time per message (from
   ``/proc/<pid>/stat``) is reported for each system whose process this machine shows.
@@ -52,11 +53,9 @@ import redis.asyncio as aioredis
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from websockets.asyncio.client import connect
 
+from app.client import AsyncConsumer, AsyncProducer, OutgoingMessage
 from app.codec import (
-    BATCH_MEDIA_TYPE,
-    RECORDS_MEDIA_TYPE,
     IncomingMessage,
-    decode_records,
     encode_batch,
     split_records,
 )
@@ -302,7 +301,8 @@ class NatsLane(Lane):
 
 
 class WharfLane(Lane):
-    """Wharf over HTTP: binary batches and records, or JSON both ways."""
+    """Wharf over HTTP: binary batches and records through the asyncio client (``AsyncProducer``,
+    ``AsyncConsumer``), or JSON both ways as curl and browsers send it."""
 
     def __init__(self, broker: BrokerProcess, binary: bool) -> None:
         self.url = broker.url
@@ -317,8 +317,10 @@ class WharfLane(Lane):
     async def open(self) -> None:
         limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
         self.http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT_S, limits=limits)
+        self.producer = AsyncProducer(self.url, max_in_flight=IN_FLIGHT, timeout_s=TIMEOUT_S)
 
     async def close(self) -> None:
+        await self.producer.close()
         await self.http.aclose()
 
     async def create(self, stream: str) -> None:
@@ -329,44 +331,50 @@ class WharfLane(Lane):
 
     async def send(self, stream: str, size: int) -> None:
         if self.binary:
-            content = encode_batch([IncomingMessage(BODY, queue_id=0) for _ in range(size)])
-            media_type = BATCH_MEDIA_TYPE
-        else:
-            messages = [
-                {"body": base64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
-                for _ in range(size)
-            ]
-            content = orjson.dumps({"messages": messages})
-            media_type = "application/json"
+            results = await self.producer.send_batch(stream, [OutgoingMessage(BODY) for _ in range(size)])
+            assert len(results) == size and all(result.status == "SEND_OK" for result in results), results
+            return
+        messages = [
+            {"body": base64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
+            for _ in range(size)
+        ]
+        content = orjson.dumps({"messages": messages})
         answer = await self.http.post(
-            f"/v1/topics/{stream}/messages", content=content, headers={"content-type": media_type}
+            f"/v1/topics/{stream}/messages", content=content, headers={"content-type": "application/json"}
         )
         answer.raise_for_status()
         results = orjson.loads(answer.content)["results"]
         assert len(results) == size and all(result["status"] == "SEND_OK" for result in results), results
 
     async def consume(self, stream: str, count: int) -> int:
+        if self.binary:
+            return await self._consume_with_client(stream, count)
         url = f"/v1/topics/{stream}/queues/0/messages"
-        headers = {"accept": RECORDS_MEDIA_TYPE} if self.binary else {}
         received = size = offset = 0
         while received < count:
-            params = {"offset": offset, "max_messages": BATCH}
-            answer = await self.http.get(url, params=params, headers=headers)
+            answer = await self.http.get(url, params={"offset": offset, "max_messages": BATCH})
             answer.raise_for_status()
-            if self.binary:
-                records = decode_records(answer.content)
-                size += sum(len(record.body) for record in records)
-                got = len(records)
-                offset = int(answer.headers["x-wharf-next-offset"])
-            else:
-                document = orjson.loads(answer.content)
-                for message in document["messages"]:
-                    assert message["encoding"] == "base64", message["encoding"]
-                    size += len(base64.b64decode(message["body"]))
-                got = len(document["messages"])
-                offset = document["next_offset"]
+            document = orjson.loads(answer.content)
+            for message in document["messages"]:
+                assert message["encoding"] == "base64", message["encoding"]
+                size += len(base64.b64decode(message["body"]))
+            got = len(document["messages"])
+            offset = document["next_offset"]
             assert got, f"{stream} ends after {received} of {count}"
             received += got
+        return size
+
+    async def _consume_with_client(self, stream: str, count: int) -> int:
+        """Read the stream from its start with an AsyncConsumer: binary records, decoded by the kernel."""
+        size = 0
+        consumer = AsyncConsumer(
+            self.url, stream, f"{stream}-reader", batch_size=BATCH, start="first", auto_commit=False
+        )
+        async with consumer:
+            for received in range(count):
+                message = await consumer.poll(TIMEOUT_S)
+                assert message is not None, f"{stream} ends after {received} of {count}"
+                size += len(message.body)
         return size
 
     async def latency(self, stream: str, samples: int) -> list[float]:
