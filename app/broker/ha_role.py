@@ -124,6 +124,9 @@ class HaRole:
                 await asyncio.to_thread(self._begin_epoch, record.epoch)
                 await self._renew()
         await self._route_as_role()
+        if not self.is_slave and self.broker.routing is not None:
+            # Registered before the record named this address (a master back at another port).
+            self.broker.routing.heartbeat_soon()
         if self.slave is not None:
             self.slave.start()
         else:

@@ -92,8 +92,10 @@ class RouteRegistry:
         with self.sessions.begin() as session:
             if broker.broker_id == MASTER_ID:
                 record = session.get(HaEpochRow, broker.broker_name)
-                if record is not None and record.master_url != broker.address:
-                    return  # fenced: another broker is this name's master in a later epoch
+                if record is not None and record.epoch > 0 and record.master_url != broker.address:
+                    # Fenced: after a failover, only the master the record names is id 0. (In
+                    # epoch 0 a master restarted at another address renews the record at start.)
+                    return
             if session.get(ClusterRow, broker.cluster_name) is None:
                 session.add(ClusterRow(name=broker.cluster_name))
                 session.flush()

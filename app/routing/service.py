@@ -177,6 +177,10 @@ class RoutingService:
             log.warning("registering as broker id %d waits for the route registry: %s", broker_id, exc)
             self._heartbeat_now.set()
 
+    def heartbeat_soon(self) -> None:
+        """Have the heartbeat loop register this broker now rather than at its next interval."""
+        self._heartbeat_now.set()
+
     async def heartbeat(self) -> None:
         """Register in full: touch the broker's row and write the queue data that differ."""
         async with self._write_lock:
