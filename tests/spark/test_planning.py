@@ -37,9 +37,15 @@ class FakeClient:
         self._queues = queues or {}
         self._times = times or {}
         self.searched: list[tuple[str, int, int]] = []
+        self.fallbacks: dict[str, tuple[str, ...]] = {}  # QueueClient's: learned from the route
 
     def route(self, bootstrap: list[str], topic: str) -> TopicRoute | None:
-        return None if self._route is None else TopicRoute.from_json(self._route)
+        if self._route is None:
+            return None
+        route = TopicRoute.from_json(self._route)
+        for queue in route.read_queues:
+            self.fallbacks[queue.address] = route.replicas(queue)[1:]
+        return route
 
     def queues(self, address: str, topic: str) -> list[QueueOffsets]:
         return [
