@@ -343,9 +343,14 @@ class Broker:
             if window is not None:
                 # Remembered before the group commit: a retry that races this request finds the
                 # record and waits for the same group commit, instead of storing a copy.
-                for (_, _, supplied), result in zip(fresh, appended, strict=True):
-                    if supplied is not None:
-                        window.put((topic, supplied), result.physical_offset)
+                window.put_many(
+                    topic,
+                    (
+                        (supplied, result.physical_offset)
+                        for (_, _, supplied), result in zip(fresh, appended, strict=True)
+                        if supplied is not None
+                    ),
+                )
             durable = True
             if self.store.group_commit is not None:
                 durable = await asyncio.wrap_future(self.store.durable(appended))

@@ -20,6 +20,7 @@ the first request finds the record and waits for the same group commit rather th
 from __future__ import annotations
 
 import struct
+import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable
@@ -33,7 +34,10 @@ assert ENTRY.size == 16
 DIGEST_SIGN = -(1 << 63)
 FIRST_LEVEL = 4  # 16 buckets to start with
 MAX_LOAD = 8  # entries per bucket before one more bucket is split off
-COMPACT_AFTER = 4096  # expired ring entries tolerated before the ring is moved down
+COMPACT_AFTER = 4096
+NATIVE_LITTLE_ENDIAN = (
+    sys.byteorder == "little"
+)  # expired ring entries tolerated before the ring is moved down
 
 
 def digest(key: Key) -> int:
@@ -79,9 +83,15 @@ class IdempotencyWindow:
 
     def find(self, key: Key) -> int | None:
         """The CommitLog offset remembered for ``key``, None if none (or it expired)."""
-        self._expire(self.clock())
-        d = digest(key)
-        bucket = self._buckets[self._bucket_of(d)]
+        now = self.clock()
+        expiry = self._ring_expiry
+        if self._head < len(expiry) and expiry[self._head] < now:
+            self._expire(now)
+        d = hash(key) | DIGEST_SIGN  # digest(key), inlined: this runs for every message
+        index = d & ((1 << self._level) - 1)
+        if index < self._split:
+            index = d & ((1 << (self._level + 1)) - 1)
+        bucket = self._buckets[index]
         position = _position(bucket, d.to_bytes(8, "little", signed=True))
         if position < 0:
             return None
@@ -89,9 +99,17 @@ class IdempotencyWindow:
 
     def put(self, key: Key, physical_offset: int) -> None:
         """Remember that ``key``'s first message lies at ``physical_offset``, for ``window_s``."""
+        self.put_many(key[0], ((key[1], physical_offset),))
+
+    def put_many(self, topic: str, entries: Iterable[tuple[str, int]]) -> None:
+        """Remember each (unique id, CommitLog offset) of ``topic``, for ``window_s``: a batch's,
+        with one look at the clock and at what expired."""
         now = self.clock()
         self._expire(now)
-        self._insert(digest(key), physical_offset, now + self.window_s)
+        expires = now + self.window_s
+        insert = self._insert
+        for unique_id, physical_offset in entries:
+            insert(hash((topic, unique_id)) | DIGEST_SIGN, physical_offset, expires)
 
     def restore(self, entries: Iterable[tuple[Key, int, float]]) -> int:
         """Remember stored messages again: (key, offset, age in seconds), oldest first, as read
@@ -111,7 +129,10 @@ class IdempotencyWindow:
 
     def _insert(self, d: int, physical_offset: int, expires: float) -> None:
         entry = ENTRY.pack(d, physical_offset)
-        bucket = self._buckets[self._bucket_of(d)]
+        index = d & ((1 << self._level) - 1)  # self._bucket_of(d), inlined
+        if index < self._split:
+            index = d & ((1 << (self._level + 1)) - 1)
+        bucket = self._buckets[index]
         position = _position(bucket, entry[:8])
         if position >= 0:  # the same key again (its record was gone), or a digest collision
             bucket[position : position + ENTRY.size] = entry
@@ -138,8 +159,15 @@ class IdempotencyWindow:
         old = self._buckets[self._split]
         high_bit = 1 << self._level
         keep, move = bytearray(), bytearray()
-        for position, (d, _) in zip(range(0, len(old), ENTRY.size), ENTRY.iter_unpack(old), strict=True):
-            (move if d & high_bit else keep).extend(old[position : position + ENTRY.size])
+        if NATIVE_LITTLE_ENDIAN:  # the entries' words read in place: digest, offset, digest, ...
+            words = memoryview(old).cast("q")
+            digests = [words[index] for index in range(0, len(words), 2)]
+            words.release()
+        else:
+            digests = [d for d, _ in ENTRY.iter_unpack(old)]
+        for number, d in enumerate(digests):
+            start = number * ENTRY.size
+            (move if d & high_bit else keep).extend(old[start : start + ENTRY.size])
         self._buckets[self._split] = keep
         self._buckets.append(move)
         self._split += 1
