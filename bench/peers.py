@@ -17,8 +17,8 @@ system writes and reads one ordered log.
   batch of 100 at a time, messages/s. Redis: pipelines of 100 ``XADD`` (not transactions), then
   ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async`` awaited together per
   batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf binary: binary batches
-  (``application/vnd.wharf.batch``) sent by the asyncio client's ``AsyncProducer`` (4 batches in
-  flight over keep-alive connections), then read by its ``AsyncConsumer`` (long polls with
+  (``application/vnd.wharf.batch``) sent by the asyncio client's ``AsyncProducer`` with
+  ``pipeline=True`` (4 batches unanswered on one produce WebSocket: the one queue keeps its order), then read by its ``AsyncConsumer`` (long polls with
   ``Accept: application/vnd.wharf.records``, every record decoded by the compiled kernel). Wharf JSON:
   ``{"messages": [...]}`` with base64 bodies, then JSON pulls with the bodies decoded. Every reader
   checks it got every message and every byte. The broker process's CPU time per message (from
@@ -317,7 +317,7 @@ class WharfLane(Lane):
     async def open(self) -> None:
         limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
         self.http = httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT_S, limits=limits)
-        self.producer = AsyncProducer(self.url, max_in_flight=IN_FLIGHT, timeout_s=TIMEOUT_S)
+        self.producer = AsyncProducer(self.url, max_in_flight=IN_FLIGHT, timeout_s=TIMEOUT_S, pipeline=True)
 
     async def close(self) -> None:
         await self.producer.close()

@@ -28,11 +28,25 @@ from collections.abc import Callable, Iterator, Sequence
 
 import httpx
 
-from app.client.aio import AsyncHttpOwner, AsyncRouteCache, OrderedLines, Turn, bootstrap_list
+from app.client.aio import (
+    AsyncHttpOwner,
+    AsyncRouteCache,
+    OrderedLines,
+    Turn,
+    authorization_headers,
+    bootstrap_list,
+)
+from app.client.aio_pipeline import ProduceSocket
 from app.client.auth import User, basic_auth
-from app.client.errors import BrokerError, WharfClientError, raise_for_envelope, transport_reason
+from app.client.errors import (
+    BrokerError,
+    BrokerUnavailableError,
+    WharfClientError,
+    raise_for_envelope,
+    transport_reason,
+)
 from app.client.fault import LatencyFaultTolerance
-from app.client.outgoing import OutgoingMessage, SendResult, send_results
+from app.client.outgoing import OutgoingMessage, SendResult, results_of, send_results
 from app.client.routes import MessageQueue, TopicRoute
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.sharding import queue_for_key
@@ -56,8 +70,11 @@ class AsyncProducer(AsyncHttpOwner):
         max_in_flight: int = 4,
         clock: Callable[[], float] = time.monotonic,
         user: User | None = None,
+        pipeline: bool = False,
     ) -> None:
-        # user: "accessKey:secretKey" (or a pair) for brokers with an ACL.
+        """``user``: "accessKey:secretKey" (or a pair) for brokers with an ACL. ``pipeline``: send
+        batches over a produce WebSocket per broker and topic (app.client.aio_pipeline), several
+        unanswered on one queue, instead of HTTP requests (one at a time per queue)."""
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self.http = httpx.AsyncClient(
@@ -74,10 +91,16 @@ class AsyncProducer(AsyncHttpOwner):
         self._queue_lines: OrderedLines[tuple[str, MessageQueue]] = OrderedLines()
         self._counter = itertools.count()
         self._pending: set[asyncio.Future[list[SendResult]]] = set()
+        self.pipeline = pipeline
+        self._headers = authorization_headers(user)
+        self._sockets: dict[tuple[str, str], ProduceSocket] = {}
+        self._opening: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def close(self) -> None:
         """Wait for the batches sent so far to be answered (or to fail), then close the connections."""
         await asyncio.gather(*self._pending, return_exceptions=True)
+        sockets, self._sockets = list(self._sockets.values()), {}
+        await asyncio.gather(*(socket.close() for socket in sockets), return_exceptions=True)
         await self.http.aclose()
 
     def send(
@@ -200,8 +223,10 @@ class AsyncProducer(AsyncHttpOwner):
                         previous.end()
                         await turn.wait()
                 try:
+                    if self.pipeline and params is None:
+                        return await self._pipe(topic, queue, messages, turn)
                     return await self._post_timed(topic, queue, messages, params)
-                except (httpx.HTTPError, BrokerError) as exc:
+                except (httpx.HTTPError, BrokerError, BrokerUnavailableError) as exc:
                     if isinstance(exc, BrokerError) and not exc.retryable:
                         raise
                     self.faults.update(queue.broker_name, 0, failed=True)
@@ -225,6 +250,31 @@ class AsyncProducer(AsyncHttpOwner):
             which = "" if queue_id is None else f" {queue_id}"
             raise WharfClientError(f"topic {topic!r} has no writable queue{which}")
         return select_queue(queues, sharding_key, avoid, self.faults, self._counter)
+
+    async def _pipe(
+        self, topic: str, queue: MessageQueue, messages: list[OutgoingMessage], turn: Turn
+    ) -> list[SendResult]:
+        """Send the batch on the produce socket; the queue's next batch goes as soon as this one is
+        written (the socket keeps it behind), before this one is answered."""
+        async with self._in_flight:
+            started = time.monotonic()
+            socket = await self._socket(queue.address, topic)
+            answered = await socket.write(encode_batch(_incoming(messages, queue.queue_id)), len(messages))
+            turn.end()
+            results = results_of(await answered, queue)
+            self.faults.update(queue.broker_name, (time.monotonic() - started) * 1000)
+            return results
+
+    async def _socket(self, address: str, topic: str) -> ProduceSocket:
+        key = (address, topic)
+        socket = self._sockets.get(key)
+        if socket is not None and not socket.closed:
+            return socket
+        async with self._opening.setdefault(key, asyncio.Lock()):
+            socket = self._sockets.get(key)
+            if socket is None or socket.closed:
+                socket = self._sockets[key] = await ProduceSocket.open(address, topic, self._headers)
+            return socket
 
     async def _post_timed(
         self, topic: str, queue: MessageQueue, messages: list[OutgoingMessage], params: dict[str, str] | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -37,6 +38,11 @@ class SendResult:
 
 def send_results(response: httpx.Response, queue: MessageQueue) -> list[SendResult]:
     """The results of a produce the broker of ``queue`` answered."""
+    return results_of(response.json()["results"], queue)
+
+
+def results_of(results: list[dict[str, Any]], queue: MessageQueue) -> list[SendResult]:
+    """:class:`SendResult` of each of a produce's result objects (HTTP or WebSocket)."""
     return [
         SendResult(
             result["msg_id"],
@@ -48,5 +54,5 @@ def send_results(response: httpx.Response, queue: MessageQueue) -> list[SendResu
             queue.address,
             result.get("transaction_id"),
         )
-        for result in response.json()["results"]
+        for result in results
     ]

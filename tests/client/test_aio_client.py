@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -240,14 +241,18 @@ def test_produce_and_consume_every_message_once(broker: BrokerProcess) -> None:
     assert {result.unique_id for result in sent} == {message.message.unique_id for message in consumed}
 
 
-def test_batches_for_one_queue_are_stored_in_the_order_they_were_sent(broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("pipeline", [False, True], ids=["http", "pipelined socket"])
+def test_batches_for_one_queue_are_stored_in_the_order_they_were_sent(
+    broker: BrokerProcess, pipeline: bool
+) -> None:
     """Big and tiny batches alternate, eight in flight: a tiny batch would overtake the big one
-    posted just before it, were it not for the queue's line."""
+    posted just before it, were it not for the queue's line (over HTTP) or the one socket the
+    batches go down in order (pipelined)."""
     topic = new_topic(broker, 4)
     sizes = [300 if call % 2 == 0 else 1 for call in range(24)]
 
     async def scenario() -> list[list[SendResult]]:
-        async with AsyncProducer(broker.url, max_in_flight=8) as producer:
+        async with AsyncProducer(broker.url, max_in_flight=8, pipeline=pipeline) as producer:
             return await asyncio.gather(
                 *(
                     producer.send_batch(
@@ -283,6 +288,31 @@ def test_batches_for_different_queues_are_in_flight_together_up_to_the_bound(
     proxy.reset(answer_delay_s=0.3)
     run(scenario("one-key"))
     assert (proxy.max_busy, proxy.connections) == (1, 1)
+
+
+def test_a_pipelined_producer_has_several_batches_of_one_queue_unanswered_at_once(
+    broker: BrokerProcess, proxy: CountingProxy
+) -> None:
+    """Answers held 0.3 s: twelve batches for one queue take twelve holds over HTTP (one at a
+    time), and about one when they go down one socket without waiting for their answers."""
+    topic = new_topic(broker, 2)
+
+    async def scenario(pipeline: bool) -> float:
+        async with AsyncProducer(broker.url, max_in_flight=12, pipeline=pipeline) as producer:
+            await producer.send(topic, "open the connection first", sharding_key="one-key")
+            proxy.reset(answer_delay_s=0.3)
+            started = time.monotonic()
+            batches = [[OutgoingMessage(f"{i}".encode())] for i in range(12)]
+            results = await asyncio.gather(
+                *(producer.send_batch(topic, batch, sharding_key="one-key") for batch in batches)
+            )
+            assert all(result.status == "SEND_OK" for batch in results for result in batch)
+            return time.monotonic() - started
+
+    one_at_a_time = run(scenario(False))
+    pipelined = run(scenario(True))
+    assert one_at_a_time >= 12 * 0.3
+    assert pipelined < one_at_a_time / 3, (pipelined, one_at_a_time)
 
 
 def test_closing_the_producer_waits_for_the_batches_sent(broker: BrokerProcess) -> None:

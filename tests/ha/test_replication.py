@@ -281,7 +281,11 @@ def test_a_slave_signs_in_to_a_master_with_an_acl(tmp_path: Path) -> None:
                 what="the signed-in slave to catch up",
             )
             assert [slave["url"] for slave in admin.get("/v1/admin/ha").json()["slaves"]] == [signed_in.url]
-        assert ha(anonymous)["connected"] is False and ha(anonymous)["commitlog_max_offset"] == 0
+        refused = ha(anonymous)
+        assert refused["connected"] is False and refused["commitlog_max_offset"] == 0, (
+            refused,
+            anonymous.log()[-3000:],
+        )
         assert topic_config(anonymous, TOPIC) is None
     finally:
         for broker in (anonymous, signed_in, master):
