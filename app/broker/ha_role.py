@@ -74,6 +74,8 @@ class HaRole:
         self._lease_until = math.inf  # monotonic: a master takes produce until then
         self._lease_seen: tuple[int, int, float] | None = None  # a slave's (epoch, lease, since)
         self._refused_failover_at = -1  # the confirmed offset a failover was last refused for
+        self._reports: dict[int, int] = {}  # how far each slave's CommitLog goes, as reported
+        self._deferred_to: int | None = None  # the slave ahead of this one a failover was left to
         self._switch = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         if self.role == SLAVE:
@@ -253,6 +255,15 @@ class HaRole:
                 log.exception("replication: watching the route registry failed")
 
     async def _watch_master(self) -> None:
+        reports = await self._registry(
+            "ha_report",
+            self.settings.broker_name,
+            self.settings.broker_id,
+            self.url,
+            self.store.commitlog.max_offset,
+        )
+        if reports is not None:
+            self._reports = reports
         record = await self._registry("ha_record", self.settings.broker_name)
         if record is None:
             return
@@ -281,6 +292,24 @@ class HaRole:
                     self.settings.ha_failover_s,
                     held,
                     record.confirmed_offset,
+                )
+            return
+        me = self.settings.broker_id
+        ahead = sorted(
+            broker_id
+            for broker_id, offset in self._reports.items()
+            if broker_id not in (me, record.master_id)
+            and (offset > held or (offset == held and broker_id < me))
+        )
+        if ahead:
+            # The slave furthest ahead holds every SEND_OK any of them holds: it is the one promoted.
+            if self._deferred_to != ahead[0]:
+                self._deferred_to = ahead[0]
+                log.warning(
+                    "the master %s has been silent for %s s; slave %d is further ahead and is promoted instead",
+                    record.master_url,
+                    self.settings.ha_failover_s,
+                    ahead[0],
                 )
             return
         log.warning(

@@ -7,6 +7,7 @@ queue_data      (topic, broker name) -> read/write queue numbers, permission, fl
 consumer_groups name
 subscriptions   (group, topic) -> filter expression
 ha_epochs       broker name -> epoch, its master, the master's lease and the offset it confirmed
+ha_replicas     (broker name, broker id) -> a slave's address and how far its CommitLog goes
 """
 
 from __future__ import annotations
@@ -91,3 +92,15 @@ class HaEpochRow(Base):
     master_role: Mapped[str] = mapped_column(String(32))
     lease: Mapped[int] = mapped_column(BigInteger, default=0)
     confirmed_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class HaReplicaRow(Base):
+    """How far each slave's CommitLog goes, as it last reported: an automatic failover promotes
+    the slave furthest ahead, so no SEND_OK one of them holds is lost."""
+
+    __tablename__ = "ha_replicas"
+
+    broker_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # the slave's WHARF_BROKER_ID
+    url: Mapped[str] = mapped_column(String(1024))
+    max_offset: Mapped[int] = mapped_column(BigInteger)

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.routing.models import BrokerRow, ClusterRow, HaEpochRow, QueueDataRow, TopicRow
+from app.routing.models import BrokerRow, ClusterRow, HaEpochRow, HaReplicaRow, QueueDataRow, TopicRow
 from app.routing.topic_config import TopicConfig
 
 MASTER_ID = 0
@@ -330,9 +330,35 @@ class RouteRegistry:
                         .values(**values)
                     )
                     changed = int(getattr(result, "rowcount", 0))
+                if changed == 1:  # a master reports no more as a slave
+                    session.execute(
+                        delete(HaReplicaRow).where(
+                            HaReplicaRow.broker_name == broker_name, HaReplicaRow.broker_id == master_id
+                        )
+                    )
         except IntegrityError:
             return None
         return self.ha_record(broker_name) if changed == 1 else None
+
+    def ha_report(self, broker_name: str, broker_id: int, url: str, max_offset: int) -> dict[int, int]:
+        """A slave reports how far its CommitLog goes; every slave's report of the name, by id."""
+        with self.sessions.begin() as session:
+            insert = _dialect_insert(session)
+            values = {
+                "broker_name": broker_name,
+                "broker_id": broker_id,
+                "url": url,
+                "max_offset": max_offset,
+            }
+            session.execute(
+                insert(HaReplicaRow)
+                .values(**values)
+                .on_conflict_do_update(
+                    index_elements=["broker_name", "broker_id"], set_={"url": url, "max_offset": max_offset}
+                )
+            )
+            rows = session.scalars(select(HaReplicaRow).where(HaReplicaRow.broker_name == broker_name))
+            return {row.broker_id: row.max_offset for row in rows}
 
     # -- queries ---------------------------------------------------------------------------------
 

@@ -39,12 +39,14 @@ def registry() -> Iterator[str]:
 def broker(tmp_path: Path, registry: str, name: str, broker_id: int, **settings: object) -> BrokerProcess:
     return BrokerProcess(
         tmp_path / name,
-        database_url=registry,
-        broker_name="broker-ha",
-        broker_id=broker_id,
-        ha_metadata_interval_ms=300,
-        ha_failover_s=FAILOVER_S,
-        **settings,
+        **{
+            "database_url": registry,
+            "broker_name": "broker-ha",
+            "broker_id": broker_id,
+            "ha_metadata_interval_ms": 300,
+            "ha_failover_s": FAILOVER_S,
+            **settings,
+        },
     )
 
 
@@ -309,3 +311,41 @@ def test_with_its_master_down_the_spark_source_plans_and_reads_from_the_slave(
     finally:
         slave.kill()
         master.kill()
+
+
+def test_of_two_slaves_the_one_that_holds_every_send_ok_is_promoted(tmp_path: Path, registry: str) -> None:
+    """The master's last SEND_OK answers never reach the registry (its connection to it is cut),
+    and only slave 1 holds them; slave 2, restarted after they were given, acts first, but defers
+    to slave 1, whose report is further ahead."""
+    url = make_url(registry)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432).start()
+    through_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    master = broker(tmp_path, through_proxy, "a", 0, broker_role="SYNC_MASTER").start()
+    ahead = broker(tmp_path, registry, "b", 1, broker_role="SLAVE", ha_auto_failover="true", ha_failover_s=8)
+    behind = broker(tmp_path, registry, "c", 2, broker_role="SLAVE", ha_auto_failover="true")
+    ahead.start()
+    behind.start()
+    try:
+        assert (
+            httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES}).status_code == 201
+        )
+        wait_until(lambda: len(ha(master)["slaves"]) == 2, what="both slaves to connect")
+        assert statuses(produce(master, ["both hold this"])) == {"SEND_OK"}
+        wait_until(lambda: caught_up(master, behind), what="slave 2 to catch up")
+        behind.kill()
+        proxy.stop()  # what the master confirms from now on never reaches the registry
+        last = [f"only slave 1 holds this {n}" for n in range(5)]
+        assert statuses(produce(master, last)) == {"SEND_OK"}
+        master.kill()
+        behind.start()
+
+        wait_until(lambda: ha(ahead)["role"] == "SYNC_MASTER", timeout_s=60, what="slave 1's promotion")
+        assert ha(behind)["role"] == "SLAVE"
+        assert "slave 1 is further ahead" in behind.log()
+        assert set(last) <= set(pulled_bodies(ahead))
+        wait_until(lambda: caught_up(ahead, behind), what="slave 2 to follow the new master")
+        assert set(last) <= set(pulled_bodies(behind))
+    finally:
+        for process in (behind, ahead, master):
+            process.kill()
+        proxy.close()
