@@ -365,16 +365,19 @@ class WharfLane(Lane):
         return size
 
     async def _consume_with_client(self, stream: str, count: int) -> int:
-        """Read the stream from its start with an AsyncConsumer: binary records, decoded by the kernel."""
+        """Read the stream from its start with an AsyncConsumer (``poll_batch``): binary records,
+        decoded by the kernel."""
         size = 0
         consumer = AsyncConsumer(
             self.url, stream, f"{stream}-reader", batch_size=BATCH, start="first", auto_commit=False
         )
+        received = 0
         async with consumer:
-            for received in range(count):
-                message = await consumer.poll(TIMEOUT_S)
-                assert message is not None, f"{stream} ends after {received} of {count}"
-                size += len(message.body)
+            while received < count:
+                batch = await consumer.poll_batch(BATCH, TIMEOUT_S)
+                assert batch, f"{stream} ends after {received} of {count}"
+                received += len(batch)
+                size += sum(len(message.body) for message in batch)
         return size
 
     async def latency(self, stream: str, samples: int) -> list[float]:

@@ -409,6 +409,32 @@ def test_a_restarted_consumer_resumes_after_what_it_finished(broker: BrokerProce
     assert committed(broker, "g1", topic) == {0: 12}  # the last consumer committed at close
 
 
+def test_a_batch_poll_hands_out_what_is_waiting_and_the_next_poll_finishes_all_of_it(
+    broker: BrokerProcess,
+) -> None:
+    topic = new_topic(broker, 1)
+    bodies = [f"b{i}".encode() for i in range(30)]
+
+    async def scenario() -> tuple[list[bytes], list[bytes]]:
+        async with AsyncProducer(broker.url) as producer:
+            await producer.send_batch(topic, [OutgoingMessage(body) for body in bodies])
+        taken: list[bytes] = []
+        async with AsyncConsumer(broker.url, topic, "batched", max_wait_ms=300, start="first") as consumer:
+            while len(taken) < len(bodies):
+                batch = await consumer.poll_batch(8, timeout_s=20.0)
+                assert 1 <= len(batch) <= 8, batch
+                taken += [message.body for message in batch]
+            assert await consumer.poll_batch(8, timeout_s=0.5) == []  # finishes the last batch
+            await consumer.commit(strict=True)
+        async with AsyncConsumer(broker.url, topic, "batched", max_wait_ms=300) as consumer:
+            later = [message.body for message in await consumer.poll_batch(8, timeout_s=0.5)]
+        return taken, later
+
+    taken, later = run(scenario())
+    assert taken == bodies and later == []
+    assert committed(broker, "batched", topic) == {0: 30}
+
+
 async def _first(consumer: AsyncConsumer, count: int) -> Any:
     async for message in consumer:
         yield message
