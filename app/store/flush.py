@@ -217,7 +217,17 @@ class AsyncFlushService(ServiceThread):
         self.pages = ThoroughEvery(least_pages, thorough_ms)
 
     def run_once(self) -> None:
-        self.flusher.flush(self.pages.least())
+        """Flush from where the last pass ended, segment after segment: every segment filled since
+        goes to disk whole, so a pass leaves nothing older than the interval behind however fast
+        segments fill (one segment per pass fell behind a producer filling several per interval).
+        The segment being filled waits for ``least_pages`` as before."""
+        files = self.flusher.files
+        least = self.pages.least()
+        for _ in range(len(files.files) + 1):
+            before = files.flushed_where
+            self.flusher.flush(least)
+            if files.flushed_where >= files.max_offset or files.flushed_where == before:
+                return
 
     def on_stop(self) -> None:
         self.flusher.flush_all()
