@@ -62,6 +62,13 @@ def start_pair(
     return master, slave
 
 
+def registry_proxy(registry: str) -> tuple[TcpProxy, str]:
+    """A proxy to the registry's database that a test can cut, and the URL that goes through it."""
+    url = make_url(registry)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432).start()
+    return proxy, url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+
+
 def statuses(response: httpx.Response) -> set[str]:
     assert response.status_code == 200, response.text
     return {result["status"] for result in response.json()["results"]}
@@ -202,9 +209,7 @@ def test_a_master_cut_off_past_its_lease_takes_no_writes_then_steps_down(
 ) -> None:
     """The master reaches the registry through a proxy: stopped (SIGSTOP) and cut off from the
     registry, it cannot know of the promotion, and its lapsed lease alone refuses the write."""
-    url = make_url(registry)
-    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432).start()
-    through_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    proxy, through_proxy = registry_proxy(registry)
     master = broker(tmp_path, through_proxy, "a", 0, ha_auto_failover="true", database_timeout_s=1).start()
     slave = broker(tmp_path, registry, "b", 1, broker_role="SLAVE", ha_auto_failover="true").start()
     try:
@@ -318,9 +323,7 @@ def test_of_two_slaves_the_one_that_holds_every_send_ok_is_promoted(tmp_path: Pa
     """The master's last SEND_OK answers never reach the registry (its connection to it is cut),
     and only slave 1 holds them; slave 2, restarted after they were given, acts first, but defers
     to slave 1, whose report is further ahead."""
-    url = make_url(registry)
-    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432).start()
-    through_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    proxy, through_proxy = registry_proxy(registry)
     master = broker(tmp_path, through_proxy, "a", 0, broker_role="SYNC_MASTER").start()
     ahead = broker(tmp_path, registry, "b", 1, broker_role="SLAVE", ha_auto_failover="true", ha_failover_s=8)
     behind = broker(tmp_path, registry, "c", 2, broker_role="SLAVE", ha_auto_failover="true")

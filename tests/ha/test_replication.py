@@ -30,13 +30,16 @@ from tests.transactions.transacting import wait_until
 METADATA_INTERVAL_MS = 300
 
 
-def make_slave(tmp_path: Path, master: BrokerProcess, name: str = "slave") -> BrokerProcess:
+def make_slave(
+    tmp_path: Path, master: BrokerProcess, name: str = "slave", **settings: object
+) -> BrokerProcess:
     return BrokerProcess(
         tmp_path / name,
         broker_role="SLAVE",
         broker_id=1,
         ha_master_url=master.url,
         ha_metadata_interval_ms=METADATA_INTERVAL_MS,
+        **settings,
     )
 
 
@@ -314,14 +317,7 @@ def test_a_consumer_reading_behind_the_page_cache_is_sent_to_the_slave_and_back(
     # than 8 of them read the disk.
     ratio = in_memory_ratio(8 * 1024)
     master = BrokerProcess(tmp_path / "master", access_message_in_memory_max_ratio=ratio).start()
-    slave = BrokerProcess(
-        tmp_path / "slave",
-        broker_role="SLAVE",
-        broker_id=1,
-        ha_master_url=master.url,
-        ha_metadata_interval_ms=METADATA_INTERVAL_MS,
-        access_message_in_memory_max_ratio=ratio,
-    )
+    slave = make_slave(tmp_path, master, access_message_in_memory_max_ratio=ratio)
     try:
         assert (
             httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES}).status_code == 201
@@ -354,14 +350,7 @@ def test_a_slave_behind_the_masters_retention_starts_again_from_its_first_segmen
     tmp_path: Path, slave_has_a_log: bool
 ) -> None:
     master = BrokerProcess(tmp_path / "master", **RETENTION).start()
-    slave = BrokerProcess(
-        tmp_path / "slave",
-        broker_role="SLAVE",
-        broker_id=1,
-        ha_master_url=master.url,
-        ha_metadata_interval_ms=METADATA_INTERVAL_MS,
-        **RETENTION,
-    )
+    slave = make_slave(tmp_path, master, **RETENTION)
     try:
         assert (
             httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES}).status_code == 201
