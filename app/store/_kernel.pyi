@@ -21,3 +21,31 @@ def bind_decoder(stored_message: type) -> None: ...
 def decode_records(
     data: bytes | memoryview, fallback: Callable[[bytes | memoryview], list[object]]
 ) -> list[object]: ...
+def index_messages(
+    mm: object,
+    records: object,
+    placements: object,
+    start: int,
+    prefixes: dict[str, int],
+    slots: int,
+    entries_at: int,
+    begin: int,
+    number: int,
+    limit: int,
+    end_offset: int,
+    end_timestamp: int,
+) -> tuple[int, int, int, int, int]: ...
+def bind_writer(append_result: type, put_ok: object) -> None: ...
+def write_records(
+    mm: object,
+    position: int,
+    limit: int,
+    base: int,
+    records: object,
+    start: int,
+    now: int,
+    queue_offsets: dict[tuple[str, int], int],
+    store_host: bytes,
+    results: list[object],
+    runs: dict[tuple[str, int], tuple[int, bytearray]],
+) -> tuple[int, int]: ...

@@ -9,7 +9,8 @@ goes to the Python twin whole, so the twins never disagree on an edge case.
 The record's layout: app/store/record_format.py. Built by setup.py (Cython, linked with zlib).
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_Check
 from cpython.unicode cimport (
@@ -938,3 +939,244 @@ def decode_records(data, fallback):
     finally:
         PyBuffer_Release(&view)
     return messages
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing a batch's hash index entries (app.store.index_file.IndexFile.index_messages).
+
+cdef enum:
+    INDEX_HEADER_SIZE = 40
+    INDEX_ENTRY_SIZE = 20
+    INDEX_MAX_INT = 0x7FFFFFFF
+    TRANSACTION_MASK = 0x0C
+    TRANSACTION_ROLLBACK = 0x0C
+
+
+cdef struct Hashes:
+    uint32_t* items
+    Py_ssize_t count
+    Py_ssize_t capacity
+
+
+cdef int add_hash(Hashes* hashes, uint32_t value) except -1:
+    cdef uint32_t* grown
+    if hashes.count == hashes.capacity:
+        grown = <uint32_t*>realloc(hashes.items, (hashes.capacity * 2 + 16) * sizeof(uint32_t))
+        if grown == NULL:
+            raise MemoryError()
+        hashes.items = grown
+        hashes.capacity = hashes.capacity * 2 + 16
+    hashes.items[hashes.count] = value
+    hashes.count += 1
+    return 0
+
+
+cdef int key_hashes(Hashes* hashes, str keys, str uniq_key, uint32_t prefix) except -1:
+    """The hashes of "topic#key" for each space-separated key, then for the unique id: the CRC
+    continued from the topic's prefix, sign bit cleared."""
+    cdef Py_ssize_t length, start = 0, i
+    cdef const char* text
+    hashes.count = 0
+    if keys:
+        text = PyUnicode_AsUTF8AndSize(keys, &length)
+        for i in range(length + 1):
+            if i == length or text[i] == 32:
+                if i > start:
+                    add_hash(hashes, <uint32_t>zcrc32(prefix, <const uint8_t*>text + start, <unsigned int>(i - start)) & INDEX_MAX_INT)
+                start = i + 1
+    if uniq_key:
+        text = PyUnicode_AsUTF8AndSize(uniq_key, &length)
+        add_hash(hashes, <uint32_t>zcrc32(prefix, <const uint8_t*>text, <unsigned int>length) & INDEX_MAX_INT)
+    return 0
+
+
+cdef uint32_t topic_prefix(str topic) except? 0:
+    """The CRC of "topic#", where every key hash of the topic starts."""
+    cdef Py_ssize_t length
+    cdef const char* text = PyUnicode_AsUTF8AndSize(topic, &length)
+    return <uint32_t>zcrc32(zcrc32(0, <const uint8_t*>text, <unsigned int>length), <const uint8_t*>b"#", 1)
+
+
+def index_messages(
+    mm,
+    records,
+    placements,
+    Py_ssize_t start,
+    dict prefixes,
+    int64_t slots,
+    int64_t entries_at,
+    int64_t begin,
+    int64_t number,
+    int64_t limit,
+    int64_t end_offset,
+    int64_t end_timestamp,
+):
+    """The index thread's loop (the twin: ``IndexFile.index_messages``): write the entries of
+    ``records`` from ``start`` into the mapped file ``mm`` until they are done or the next one's keys
+    do not all fit. Returns (position of the first message not indexed, next entry number, slots
+    newly used, end offset, end timestamp)."""
+    cdef Py_buffer view
+    cdef uint8_t* base
+    cdef Py_ssize_t position = start, count = len(records), k, taken
+    cdef Hashes hashes
+    cdef int64_t used = 0, offset, store_timestamp, seconds, slot_at
+    cdef int32_t previous
+    cdef uint32_t hashed, prefix
+    cdef object record, placed, topic, keys, uniq_key, sysflag, cached
+    hashes.items = NULL
+    hashes.count = hashes.capacity = 0
+    PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE)
+    try:
+        base = <uint8_t*>view.buf
+        while position < count:
+            record = records[position]
+            placed = placements[position]
+            topic, keys, uniq_key, sysflag = record.topic, record.keys, record.uniq_key, record.sysflag
+            if sysflag and (<int64_t>sysflag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
+                keys = uniq_key = ""  # never looked up; prepared messages are, as in RocketMQ
+            cached = prefixes.get(topic)
+            if cached is None:
+                cached = prefixes[topic] = topic_prefix(topic)
+            prefix = <uint32_t>cached
+            key_hashes(&hashes, keys, uniq_key, prefix)
+            taken = hashes.count
+            if taken > limit - number:
+                if number > 1:
+                    break  # the next file takes this message
+                taken = max(limit - number, 0)
+            offset = placed.physical_offset
+            store_timestamp = placed.store_timestamp
+            seconds = (store_timestamp - begin) // 1000
+            if store_timestamp < begin:
+                seconds = 0
+            elif seconds > INDEX_MAX_INT:
+                seconds = INDEX_MAX_INT
+            if taken and entries_at + (number + taken) * INDEX_ENTRY_SIZE > view.len:
+                raise IndexError("index entry past the end of the file")
+            for k in range(taken):
+                hashed = hashes.items[k]
+                slot_at = INDEX_HEADER_SIZE + (hashed % slots) * 4
+                previous = read_i32(base + slot_at)
+                if previous <= 0 or previous >= number:  # empty, or written after the last flush
+                    previous = 0
+                    used += 1
+                write_i32(<char*>base + entries_at + number * INDEX_ENTRY_SIZE, <int32_t>hashed)
+                write_i64(<char*>base + entries_at + number * INDEX_ENTRY_SIZE + 4, offset)
+                write_i32(<char*>base + entries_at + number * INDEX_ENTRY_SIZE + 12, <int32_t>seconds)
+                write_i32(<char*>base + entries_at + number * INDEX_ENTRY_SIZE + 16, previous)
+                write_i32(<char*>base + slot_at, <int32_t>number)  # after the entry: a reader never follows a blank
+                number += 1
+            end_offset = offset + <int64_t>placed.size
+            if store_timestamp > end_timestamp:
+                end_timestamp = store_timestamp
+            position += 1
+    finally:
+        free(hashes.items)
+        PyBuffer_Release(&view)
+    return position, number, used, end_offset, end_timestamp
+
+
+# ---------------------------------------------------------------------------------------------
+# Copying a batch's records into a CommitLog segment (app.store.commit_log.python_write_records).
+
+cdef object _AppendResult = None
+cdef object _PUT_OK = None
+
+
+def bind_writer(append_result, put_ok):
+    """Give the kernel the tuple type it returns each record's place as, and the PUT_OK status."""
+    global _AppendResult, _PUT_OK
+    _AppendResult = append_result
+    _PUT_OK = put_ok
+
+
+cdef enum:
+    TRANSACTION_PREPARED = 0x04
+    CQ_UNIT_SIZE = 20
+
+
+def write_records(
+    mm,
+    Py_ssize_t position,
+    Py_ssize_t limit,
+    int64_t base,
+    records,
+    Py_ssize_t start,
+    int64_t now,
+    dict queue_offsets,
+    bytes store_host,
+    list results,
+    dict runs,
+):
+    """The twin's loop, in C: copy records from ``start`` while each ends by ``limit``, patch the
+    store timestamp and the offsets (last), add each AppendResult to ``results`` and each
+    ConsumeQueue entry to its queue's run. Returns (the first record not written, the position
+    after the last written)."""
+    cdef Py_buffer view
+    cdef char* out
+    cdef Py_ssize_t index, count = len(records), size, end, run_length
+    cdef int64_t physical_offset, queue_offset
+    cdef int64_t sysflag, kind
+    cdef tuple record
+    cdef bytes data
+    cdef object topic, queue_id, key, last_key = None, known, run, entries, last_run = None
+    cdef object tags_code, item
+    PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE)
+    try:
+        out = <char*>view.buf
+        if limit > view.len:
+            raise ValueError("the limit is past the end of the mapping")
+        for index in range(start, count):
+            item = records[index]
+            if not isinstance(item, tuple) or len(item) != 7:
+                raise TypeError(f"an EncodedRecord is a tuple of 7, not {type(item).__name__}")
+            record = <tuple>item
+            data = record[0]
+            size = len(data)
+            end = position + size
+            if end > limit:
+                return index, position
+            topic = record[1]
+            queue_id = record[2]
+            tags_code = record[3]
+            sysflag = record[6]
+            physical_offset = base + position
+            kind = sysflag & TRANSACTION_MASK
+            if kind != TRANSACTION_PREPARED and kind != TRANSACTION_ROLLBACK:
+                if last_key is not None and (<tuple>last_key)[0] == topic and (<tuple>last_key)[1] == queue_id:
+                    key = last_key
+                else:
+                    key = (topic, queue_id)
+                known = queue_offsets.get(key)
+                queue_offset = 0 if known is None else <int64_t>known
+                queue_offsets[key] = queue_offset + 1
+                if key is last_key:
+                    run = last_run
+                else:
+                    run = runs.get(key)
+                    if run is None:
+                        run = runs[key] = (queue_offset, bytearray())
+                    last_key, last_run = key, run
+                entries = (<tuple>run)[1]
+                run_length = len(entries)
+                PyByteArray_Resize(entries, run_length + CQ_UNIT_SIZE)
+                write_i64(PyByteArray_AS_STRING(entries) + run_length, physical_offset)
+                write_i32(PyByteArray_AS_STRING(entries) + run_length + 8, <int32_t>size)
+                write_i64(PyByteArray_AS_STRING(entries) + run_length + 12, <int64_t>tags_code)
+            else:
+                queue_offset = 0
+            memcpy(out + position, PyBytes_AS_STRING(data), size)
+            write_i64(out + position + POS_STORETIMESTAMP, now)
+            # Written last: a record whose offsets are still placeholders is not valid.
+            write_i64(out + position + POS_QUEUEOFFSET, queue_offset)
+            write_i64(out + position + POS_PHYSICALOFFSET, physical_offset)
+            results.append(
+                tuple.__new__(
+                    _AppendResult,
+                    (_PUT_OK, topic, queue_id, queue_offset, physical_offset, size, now, store_host),
+                )
+            )
+            position = end
+    finally:
+        PyBuffer_Release(&view)
+    return count, position

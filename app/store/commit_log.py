@@ -1,8 +1,9 @@
 """CommitLog: the one append-only log every message goes to, across fixed-size segments.
 
 Records are encoded outside the lock (:func:`app.store.record.encode_record`); under the lock the
-CommitLog only assigns the queue offset, copies the bytes into the mapped segment, patches three
-fields and hands the record to the dispatcher. A record that does not fit in the rest of a segment
+CommitLog only assigns the queue offsets, copies the bytes into the mapped segment and patches three
+fields per record (:func:`write_records`, one compiled call per batch), then hands the batch's
+ConsumeQueue entries to the dispatcher as one run per queue. A record that does not fit in the rest of a segment
 (with room for an 8-byte blank) is preceded by a blank END_OF_FILE record and goes to the next one.
 
 A batch is stored whole or not at all: every segment it will roll to is prepared (allocated) before
@@ -12,12 +13,15 @@ next segment is normally ready already (:class:`app.store.allocate.AllocateSegme
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from app.store.consume_queue import UNIT
 from app.store.errors import MessageTooLargeError, StoreClosedError
+from app.store.kernel import compiled
 from app.store.mapped_file import MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
 from app.store.record import CheckedRecord, check_record, message_size, store_timestamp
@@ -42,11 +46,76 @@ PUT_OK = PutStatus.PUT_OK
 # (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys, uniq_key)
 Dispatch = Callable[[str, int, int, int, int, int, int, str, str], None]
 
+# (topic, queue_id, first queue offset, the run's ConsumeQueue entries packed back to back)
+DispatchRun = Callable[[str, int, int, bytearray], None]
+
 # Called once per appended batch, under the lock, in log order: (records, where each landed).
 # It must be cheap (the message index queues the batch and builds its entries on its own thread).
 BatchListener = Callable[[Sequence[EncodedRecord], list[AppendResult]], None]
 
 QueueKey = tuple[str, int]
+# A batch's new entries in one queue: (the first one's queue offset, the entries packed back to back).
+QueueRun = tuple[int, bytearray]
+
+
+def python_write_records(
+    mm: mmap.mmap,
+    position: int,
+    limit: int,
+    base: int,
+    records: Sequence[EncodedRecord],
+    start: int,
+    now: int,
+    queue_offsets: dict[QueueKey, int],
+    store_host: bytes,
+    results: list[AppendResult],
+    runs: dict[QueueKey, QueueRun],
+) -> tuple[int, int]:
+    """Copy ``records`` from ``start`` into the segment mapped as ``mm`` (at CommitLog offset
+    ``base``) from ``position``, while each ends by ``limit``. Each gets its store timestamp
+    ``now``, its physical offset and its queue's next offset (``queue_offsets``), written last: a
+    record whose offsets are still placeholders is not valid. Appends each one's AppendResult to
+    ``results`` and its ConsumeQueue entry to its queue's run in ``runs``. Returns (the index of
+    the first record not written, the position after the last one written). The pure-Python twin
+    of the kernel's loop."""
+    pack_timestamp, pack_offsets, pack_unit = TIMESTAMP.pack_into, OFFSETS.pack_into, UNIT.pack
+    add_result = results.append
+    new_result = tuple.__new__
+    for index in range(start, len(records)):
+        data, topic, queue_id, tags_code, _, _, sysflag = records[index]
+        size = len(data)
+        end = position + size
+        if end > limit:
+            return index, position
+        physical_offset = base + position
+        kind = sysflag & SYSFLAG_TRANSACTION_MASK
+        if kind != SYSFLAG_TRANSACTION_PREPARED and kind != SYSFLAG_TRANSACTION_ROLLBACK:
+            key = (topic, queue_id)
+            queue_offset = queue_offsets.get(key, 0)
+            queue_offsets[key] = queue_offset + 1
+            run = runs.get(key)
+            if run is None:
+                run = runs[key] = (queue_offset, bytearray())
+            run[1].extend(pack_unit(physical_offset, size, tags_code))
+        else:
+            queue_offset = 0
+        mm[position:end] = data
+        pack_timestamp(mm, position + POS_STORETIMESTAMP, now)
+        pack_offsets(mm, position + POS_QUEUEOFFSET, queue_offset, physical_offset)
+        add_result(
+            new_result(
+                AppendResult, (PUT_OK, topic, queue_id, queue_offset, physical_offset, size, now, store_host)
+            )
+        )
+        position = end
+    return len(records), position
+
+
+# The compiled kernel's loop when it is loaded (app.store.kernel), else its twin.
+write_records = python_write_records
+if compiled is not None:
+    compiled.bind_writer(AppendResult, PUT_OK)
+    write_records = compiled.write_records
 
 
 def skips_consume_queue(sysflag: int) -> bool:
@@ -62,15 +131,18 @@ class CommitLog:
         file_size: int,
         store_host: bytes,
         dispatch: Dispatch,
+        dispatch_run: DispatchRun,
         on_batch: BatchListener | None = None,
         check_room: Callable[[int], None] | None = None,
     ) -> None:
-        """``dispatch`` gets every record that has a queue offset, ``on_batch`` every batch (both
+        """``dispatch`` gets every replicated record that has a queue offset, ``dispatch_run`` the
+        ConsumeQueue entries of an appended batch, queue by queue, ``on_batch`` every batch (all
         under the lock); ``check_room`` vets a new segment's size before it is allocated."""
         self.files = MappedFileQueue(directory, file_size, check_room=check_room)
         self.file_size = file_size
         self.store_host = store_host
         self.dispatch = dispatch
+        self.dispatch_run = dispatch_run
         self.on_batch = on_batch
         self.lock = threading.Lock()
         # Next queue offset of every (topic, queue); rebuilt from the ConsumeQueues at start.
@@ -123,13 +195,14 @@ class CommitLog:
         if total_size < 0:
             total_size = sum(len(record[0]) for record in records)
         results: list[AppendResult] = []
-        add_result = results.append
+        if not records:
+            return results
+        runs: dict[QueueKey, QueueRun] = {}
         store_host = self.store_host
         queue_offsets = self.queue_offsets
-        dispatch = self.dispatch
         file_size = self.file_size
-        pack_timestamp = TIMESTAMP.pack_into
-        pack_offsets = OFFSETS.pack_into
+        limit = file_size - BLANK_MIN_SIZE
+        count = len(records)
         with self.lock:
             if self.closed:
                 raise StoreClosedError("the CommitLog is closed")
@@ -140,46 +213,32 @@ class CommitLog:
                 self.files.prepare(self.segments_needed(last, records))
             now = int(time.time() * 1000)
             mapped = self.files.writable_file()
-            mm = mapped.mm
-            position = mapped.wrote_position
-            base = mapped.file_from_offset
-            new_result = tuple.__new__
-            for data, topic, queue_id, tags_code, keys, uniq_key, sysflag in records:
-                size = len(data)
-                end = position + size
-                if end + BLANK_MIN_SIZE > file_size:
-                    SIZE_MAGIC.pack_into(mm, position, file_size - position, BLANK_MAGIC)
-                    mapped.wrote_position = file_size
-                    mapped = self.files.new_file()
-                    mm = mapped.mm
-                    base = mapped.file_from_offset
-                    position, end = 0, size
-                physical_offset = base + position
-                kind = sysflag & SYSFLAG_TRANSACTION_MASK
-                dispatched = kind != SYSFLAG_TRANSACTION_PREPARED and kind != SYSFLAG_TRANSACTION_ROLLBACK
-                if dispatched:
-                    key = (topic, queue_id)
-                    queue_offset = queue_offsets.get(key, 0)
-                    queue_offsets[key] = queue_offset + 1
-                else:
-                    queue_offset = 0
-                mm[position:end] = data
-                pack_timestamp(mm, position + POS_STORETIMESTAMP, now)
-                # Written last: a record whose offsets are still placeholders is not valid.
-                pack_offsets(mm, position + POS_QUEUEOFFSET, queue_offset, physical_offset)
-                mapped.wrote_position = position = end
-                if dispatched:
-                    dispatch(
-                        topic, queue_id, queue_offset, physical_offset, size, tags_code, now, keys, uniq_key
-                    )
-                add_result(
-                    new_result(
-                        AppendResult,
-                        (PUT_OK, topic, queue_id, queue_offset, physical_offset, size, now, store_host),
-                    )
+            written = 0
+            while True:
+                written, mapped.wrote_position = write_records(
+                    mapped.mm,
+                    mapped.wrote_position,
+                    limit,
+                    mapped.file_from_offset,
+                    records,
+                    written,
+                    now,
+                    queue_offsets,
+                    store_host,
+                    results,
+                    runs,
                 )
+                if written == count:
+                    break
+                # The next record does not fit: a blank fills the rest, and it goes to the next segment.
+                position = mapped.wrote_position
+                SIZE_MAGIC.pack_into(mapped.mm, position, file_size - position, BLANK_MAGIC)
+                mapped.wrote_position = file_size
+                mapped = self.files.new_file()
+            for (topic, queue_id), (queue_offset, entries) in runs.items():
+                self.dispatch_run(topic, queue_id, queue_offset, entries)
             mapped.last_store_timestamp = now
-            self.last_record_offset = physical_offset
+            self.last_record_offset = results[-1].physical_offset
             if self.on_batch is not None:
                 self.on_batch(records, results)
         return results

@@ -104,6 +104,46 @@ class ConsumeQueue:
         self.max_physical_end = physical_offset + size
         return True
 
+    def put_run(self, queue_offset: int, entries: bytes | bytearray) -> bool:
+        """Write consecutive entries, packed back to back, the first at ``queue_offset``: as
+        :meth:`put` writes each (one already present is kept; none is written past a hole), with
+        one hold and one copy per segment. True when any entry was written."""
+        count = len(entries) // UNIT_SIZE
+        files = self.files
+        view = memoryview(entries)
+        done = 0
+        wrote = False
+        while done < count:
+            position = (queue_offset + done) * UNIT_SIZE
+            end = files.max_offset
+            if position < end:  # already there (a re-dispatch during recovery)
+                done += min((end - position) // UNIT_SIZE, count - done)
+                continue
+            mapped = files.last_file
+            if mapped is None:
+                mapped = files.new_file(position)
+                mapped.wrote_position = position - mapped.file_from_offset
+                if queue_offset + done:
+                    self.min_logic_offset = queue_offset + done
+            elif position > end:
+                break
+            elif mapped.is_full:
+                mapped = files.new_file()
+            local = position - mapped.file_from_offset
+            run = min(count - done, (mapped.file_size - local) // UNIT_SIZE)
+            if not mapped.hold():  # mapped already when the batch prepared it
+                break
+            try:
+                mapped.mm[local : local + run * UNIT_SIZE] = view[done * UNIT_SIZE : (done + run) * UNIT_SIZE]
+            finally:
+                mapped.release()
+            mapped.wrote_position = local + run * UNIT_SIZE
+            done += run
+            physical_offset, size, _ = UNIT.unpack_from(view, (done - 1) * UNIT_SIZE)
+            self.max_physical_end = physical_offset + size
+            wrote = True
+        return wrote
+
     def prepare(self, queue_offset: int, count: int, held: list[MappedFile]) -> None:
         """Allocate now every segment the entries ``queue_offset`` to ``queue_offset + count - 1``
         will go to, and hold each (appended to ``held``, for the caller to release after dispatch),

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.store.atomic_file import fsync_directory
+from app.store.kernel import compiled
 from app.store.mapped_file import MappedFile
 from app.store.record_format import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
 
@@ -187,9 +188,40 @@ class IndexFile:
         keys do not all fit; returns the position of the first message not indexed.
 
         One message's entries always share a file (only a message with more keys than an empty
-        file holds is cut short). ``prefixes`` caches the CRC of "topic#" per topic. This is the
-        index thread's hot loop, hence one function with everything in locals.
+        file holds is cut short). ``prefixes`` caches the CRC of "topic#" per topic. The compiled
+        kernel's loop when it is loaded, else :meth:`python_index_messages`.
         """
+        if compiled is None:
+            return self.python_index_messages(records, placements, start, prefixes)
+        done: tuple[int, int, int, int, int] = compiled.index_messages(
+            self.mapped.mm,
+            records,
+            placements,
+            start,
+            prefixes,
+            self.max_hash_slots,
+            self._entries_at,
+            self.begin_timestamp,
+            self.next_entry,
+            self.max_index_count,
+            self.end_offset,
+            self.end_timestamp,
+        )
+        position, self.next_entry, used, end_offset, self.end_timestamp = done
+        self.used_slots += used
+        if end_offset > self.end_offset:
+            self.end_offset = end_offset
+        return position
+
+    def python_index_messages(
+        self,
+        records: Sequence[KeyedRecord],
+        placements: Sequence[Placement],
+        start: int,
+        prefixes: dict[str, int],
+    ) -> int:
+        """The pure-Python twin of the kernel's index loop: the index thread's hot loop, hence one
+        function with everything in locals."""
         mm = self.mapped.mm
         slots, entries_at, begin = self.max_hash_slots, self._entries_at, self.begin_timestamp
         unpack_slot, pack_slot, pack_entry = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into

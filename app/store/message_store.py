@@ -127,6 +127,7 @@ class MessageStore:
             config.commitlog_file_size,
             self.store_host,
             self.dispatcher.dispatch,
+            self.dispatcher.dispatch_run,
             on_batch=self.index_service.submit if self.index_service is not None else None,
             check_room=check_room,
         )

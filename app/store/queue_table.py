@@ -222,3 +222,14 @@ class QueueDispatcher:
         )
         if queue.put(queue_offset, physical_offset, size, tags_code):
             self.dirty.mark(queue.files)
+
+    def dispatch_run(self, topic: str, queue_id: int, queue_offset: int, entries: bytearray) -> None:
+        """Write an appended batch's entries for one queue (``queue_offset`` the first's), packed
+        back to back as the queue stores them."""
+        if self.deletions.floors and self.deletions.is_dead(topic, UNIT.unpack_from(entries)[0]):
+            return
+        queue = self.queues.queues.get((topic, queue_id)) or self.queues.obtain(
+            topic, queue_id, self.check_room
+        )
+        if queue.put_run(queue_offset, entries):
+            self.dirty.mark(queue.files)

@@ -3,22 +3,27 @@ the odd shapes a record or a batch can take (hypothesis builds them field by fie
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import subprocess
 import sys
 import zlib
+from typing import NamedTuple
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import codec
-from app.store import kernel, record_format
+from app.store import commit_log, kernel, record_format
 from app.store import record as record_module
-from app.store.record_format import FIXED_SIZE, HEADER, MESSAGE_MAGIC, Limits, Message
+from app.store.index_file import IndexFile
+from app.store.index_service import Placed
+from app.store.record_format import FIXED_SIZE, HEADER, MESSAGE_MAGIC, EncodedRecord, Limits, Message
 
 compiled = kernel.compiled
+HOST = b"\x7f\0\0\1\0\0\x1f\x90"
 needs_extension = pytest.mark.skipif(compiled is None, reason="the compiled kernel is not loaded")
 
 
@@ -402,3 +407,134 @@ def test_decode_records_matches_its_python_twin(found: list[bytes], damage: str,
     expected = encoded(codec.python_decode_records, bytes(data))
     assert encoded(codec.decode_records, bytes(data)) == expected
     assert encoded(codec.decode_records, memoryview(bytes(data))) == expected
+
+
+class Keyed(NamedTuple):
+    topic: str
+    keys: str
+    uniq_key: str
+    sysflag: int
+
+
+key_texts = st.text(alphabet=st.sampled_from(list("ab  Z9-é😀")), max_size=8)
+
+
+@st.composite
+def indexed_batches(draw: st.DrawFn) -> tuple[list[Keyed], list[Placed]]:
+    """Records with keys (spaces doubled, leading, trailing), unique ids, rolled-back transactions,
+    and placements whose times run before and after the file's begin time."""
+    count = draw(st.integers(1, 12))
+    records = [
+        Keyed(
+            draw(st.sampled_from(["orders", "t%1|x", "é"])),
+            draw(key_texts),
+            draw(st.sampled_from(["", "u1", "0A0B0C"])),
+            draw(st.sampled_from([0, 0, 4, 8, 12])),
+        )
+        for _ in range(count)
+    ]
+    placements = [
+        Placed(100 * i, draw(st.integers(91, 4096)), draw(st.integers(0, 4_000_000_000_000)))
+        for i in range(count)
+    ]
+    return records, placements
+
+
+@needs_extension
+@settings(max_examples=500, deadline=None)
+@given(indexed_batches(), st.integers(1, 7), st.integers(2, 30), st.integers(0, 5), st.booleans())
+def test_index_messages_matches_its_python_twin(
+    tmp_path_factory: pytest.TempPathFactory,
+    batch: tuple[list[Keyed], list[Placed]],
+    slots: int,
+    limit: int,
+    start: int,
+    stale: bool,
+) -> None:
+    """Same file bytes, same entry number, slots, coverage and stopping point: including a file
+    too small for a message's keys, slots shared by many keys, and (``stale``) slots that point at
+    entries written after the last flush, as a crash leaves them."""
+    records, placements = batch
+    start = min(start, len(records) - 1)
+    directory = tmp_path_factory.mktemp("index")
+    ends = []
+    for name, run in (("1", IndexFile.python_index_messages), ("2", IndexFile.index_messages)):
+        index = IndexFile.create(directory, name, slots, limit, 0, 2_000_000_000_000)
+        if stale:
+            IndexFile.python_index_messages(index, records, placements, 0, {})
+            index.next_entry, index.used_slots = 1, 0
+        position = run(index, records, placements, start, {})
+        ends.append(
+            (
+                position,
+                index.next_entry,
+                index.used_slots,
+                index.end_offset,
+                index.end_timestamp,
+                bytes(index.mapped.mm),
+            )
+        )
+        index.close()
+    assert ends[0] == ends[1]
+
+
+@st.composite
+def appended_batches(draw: st.DrawFn) -> list[EncodedRecord]:
+    """Records for two topics and three queues, some of them half or rolled-back transaction
+    messages (which take no queue offset), of sizes that make a segment's end fall anywhere."""
+    return [
+        record_format.python_encode_record(
+            Message(
+                draw(st.sampled_from(["orders", "t%1"])),
+                draw(st.binary(min_size=1, max_size=300)),
+                draw(st.integers(0, 2)),
+                {"TAGS": draw(st.sampled_from(["a", "b"])), "UNIQ_KEY": "u"},
+                sysflag=draw(st.sampled_from([0, 0, 4, 8, 12])),
+            ),
+            HOST,
+            7,
+            Limits(),
+        )
+        for _ in range(draw(st.integers(1, 12)))
+    ]
+
+
+@needs_extension
+@settings(max_examples=500, deadline=None)
+@given(
+    appended_batches(),
+    st.integers(0, 2000),
+    st.integers(0, 3000),
+    st.integers(0, 11),
+    st.dictionaries(st.tuples(st.sampled_from(["orders", "t%1"]), st.integers(0, 2)), st.integers(0, 2**40)),
+)
+def test_write_records_matches_its_python_twin(
+    records: list[EncodedRecord], position: int, room: int, start: int, offsets: dict[tuple[str, int], int]
+) -> None:
+    """The same bytes in the segment, the same places, queue offsets and ConsumeQueue runs, and
+    the same stopping point when the next record would pass the limit."""
+    start = min(start, len(records) - 1)
+    limit = position + room
+    ends = []
+    for write in (commit_log.python_write_records, compiled.write_records):
+        mm = mmap.mmap(-1, 8192)
+        mm[:] = bytes(range(256)) * 32
+        queue_offsets = dict(offsets)
+        results: list[object] = []
+        runs: dict[tuple[str, int], tuple[int, bytearray]] = {}
+        written = write(
+            mm,
+            position,
+            limit,
+            1 << 33,
+            records,
+            start,
+            1_700_000_000_000,
+            queue_offsets,
+            HOST,
+            results,
+            runs,
+        )
+        ends.append((written, bytes(mm), queue_offsets, results, runs))
+        mm.close()
+    assert ends[0] == ends[1]
