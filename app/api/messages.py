@@ -226,6 +226,13 @@ async def produce(topic: TopicName, request: Request) -> Response:
     media_type = _media_type(request)
     # The body is bounded by WHARF_MAX_REQUEST_BYTES while it streams in (app.api.edge.RequestGuard).
     raw = await request.body()
+    query = request.query_params
+    transaction = query.get("transaction")
+    if media_type == BATCH_MEDIA_TYPE and transaction is None:
+        # A batch of plain messages is stored in one compiled call; any other is parsed below.
+        plain = await broker.produce_batch(topic, raw)
+        if plain is not None:
+            return Response(orjson.dumps({"results": plain}), media_type=JSON)
     if media_type == JSON:
         batch = _parse_json(raw)
     elif media_type == BATCH_MEDIA_TYPE:
@@ -239,8 +246,6 @@ async def produce(topic: TopicName, request: Request) -> Response:
         batch = [_raw_body_message(raw, request.query_params)]
     if not batch:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
-    query = request.query_params
-    transaction = query.get("transaction")
     if transaction is None:
         results = await broker.produce(topic, batch)
     else:

@@ -2,9 +2,10 @@
 route registry, with its own exceptions (:mod:`app.broker.errors`). No web framework here: the
 HTTP and WebSocket adapters in app/api parse, call the core, encode and map its exceptions."""
 
-from app.broker.core import Broker, UniqueIdGenerator, parse_start
+from app.broker.core import Broker, parse_start
 from app.broker.errors import BrokerError
 from app.broker.pull import MAX_SCAN_SLICES_PER_PULL, Read, read_or_hold
+from app.broker.unique_ids import UniqueIdGenerator
 
 __all__ = [
     "MAX_SCAN_SLICES_PER_PULL",

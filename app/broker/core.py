@@ -5,15 +5,11 @@ Refusals are :mod:`app.broker.errors`; the HTTP and WebSocket adapters turn them
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
-import secrets
-import socket
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.broker import ha_metadata, repeats
+from app.broker import ha_metadata, plain, repeats
 from app.broker.delay import DelayedDelivery, is_delayed
 from app.broker.errors import (
     BadRequestError,
@@ -39,6 +35,7 @@ from app.broker.queue_locks import FILE_NAME as QUEUE_LOCKS_FILE
 from app.broker.queue_locks import QueueLocks
 from app.broker.topic_creator import TopicCreator
 from app.broker.transactions import Transactions
+from app.broker.unique_ids import UniqueIdGenerator
 from app.codec import RESERVED_PROPERTIES, IncomingMessage
 from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
@@ -55,6 +52,7 @@ from app.store.record_format import (
     SYSFLAG_PRODUCER_UNIQ_KEY,
     validate_topic,
 )
+from app.store.results import AppendResult
 
 # An answer of produce: made for a stored message, the index of the same unique id's answer earlier
 # in the batch, or the first message of a repeated unique id.
@@ -70,22 +68,6 @@ def parse_start(start: str) -> tuple[ConsumeFromWhere, int | None]:
     if start.isdigit():
         return ConsumeFromWhere.TIMESTAMP, int(start)
     raise InvalidParameterError(f"from must be last, first or a timestamp in ms, not {start!r}")
-
-
-class UniqueIdGenerator:
-    """32 hex digits: host, process and a random salt, then a counter - unique without coordination."""
-
-    def __init__(self) -> None:
-        try:
-            address = socket.inet_aton(socket.gethostbyname(socket.gethostname()))
-        except OSError:
-            address = b"\x7f\0\0\x01"
-        prefix = address + (os.getpid() & 0xFFFF).to_bytes(2, "big") + secrets.token_bytes(4)
-        self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(int(time.time() * 1000) << 8)
-
-    def next(self) -> str:
-        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012X}"
 
 
 class Broker:
@@ -107,7 +89,8 @@ class Broker:
         self.metrics = metrics or BrokerMetrics()
         self.idempotency = IdempotencyWindow(settings.idempotency_window_s, settings.idempotency_max_entries)
         self.unique_ids = UniqueIdGenerator()
-        self._round_robin: dict[str, itertools.count[int]] = {}
+        # The next message without a queue of each topic takes this number modulo its write queues.
+        self.round_robin: dict[str, int] = {}
         self.creator = TopicCreator(topics, self.topics_changed)
         self.groups = ConsumerGroups(
             self.read_queue_count, settings.consumer_expiry_s, max_members=settings.max_group_members
@@ -264,10 +247,9 @@ class Broker:
             return incoming.queue_id
         if incoming.sharding_key is not None:
             return queue_for_key(incoming.sharding_key, queues)
-        counter = self._round_robin.get(config.name)
-        if counter is None:
-            counter = self._round_robin[config.name] = itertools.count()
-        return next(counter) % queues
+        turn = self.round_robin.get(config.name, 0)
+        self.round_robin[config.name] = turn + 1
+        return turn % queues
 
     def to_message(self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str) -> Message:
         properties = incoming.properties
@@ -351,12 +333,7 @@ class Broker:
                         if supplied is not None
                     ),
                 )
-            durable = True
-            if self.store.group_commit is not None:
-                durable = await asyncio.wrap_future(self.store.durable(appended))
-            status = "FLUSH_DISK_TIMEOUT"
-            if durable:
-                status = await self.ha.confirm(max(result.end_offset for result in appended))
+            status = await self.acknowledge(appended)
             for position, ((index, unique_id, _), result) in enumerate(zip(fresh, appended, strict=True)):
                 made: dict[str, Any] = {
                     "msg_id": result.msg_id,
@@ -377,6 +354,21 @@ class Broker:
             else:
                 results.append(answer)
         return results
+
+    async def produce_batch(self, topic: str, data: bytes) -> list[dict[str, Any]] | None:
+        """Store a binary batch of plain messages in one compiled call (:func:`plain.produce_plain`);
+        None when it is not one: parse it and call :meth:`produce`."""
+        return await plain.produce_plain(self, topic, data)
+
+    async def acknowledge(self, appended: Sequence[AppendResult]) -> str:
+        """The status of appended messages once they are as durable as the flush mode and the
+        replication mode promise: SEND_OK, or which promise timed out."""
+        durable = True
+        if self.store.group_commit is not None:
+            durable = await asyncio.wrap_future(self.store.durable(appended))
+        if not durable:
+            return "FLUSH_DISK_TIMEOUT"
+        return await self.ha.confirm(appended[-1].end_offset)  # the results are in log order
 
     def restore_idempotency(self) -> int:
         """Rebuild the idempotency window from the CommitLog (:func:`repeats.restore_window`)."""

@@ -49,3 +49,17 @@ def write_records(
     results: list[object],
     runs: dict[tuple[str, int], tuple[int, bytearray]],
 ) -> tuple[int, int]: ...
+def encode_batch(
+    data: bytes | bytearray | memoryview,
+    topic: str,
+    topic_bytes: bytes,
+    store_host: bytes,
+    now_ms: int,
+    max_body: int,
+    max_properties: int,
+    max_record: int,
+    queues: int,
+    round_robin: int,
+    id_prefix: str,
+    id_counter: int,
+) -> tuple[list[tuple[object, ...]], list[str], dict[tuple[str, int], int], int, int, int, int] | None: ...

@@ -566,6 +566,50 @@ cdef const char* utf8_of(object text, Py_ssize_t* length):
     return data
 
 
+cdef char* put_record_head(
+    char* out,
+    Py_ssize_t total,
+    const char* body,
+    Py_ssize_t body_length,
+    int32_t queue_id,
+    int32_t flag,
+    int32_t sysflag,
+    int64_t born_timestamp,
+    const char* born_host,
+    const char* store_host,
+    int32_t reconsume_times,
+    int64_t prepared,
+    const char* topic,
+    Py_ssize_t topic_length,
+    Py_ssize_t properties_length,
+) noexcept nogil:
+    """Write a record up to its properties (placeholders for the queue offset, physical offset
+    and store timestamp); returns where the properties go."""
+    write_i32(out, <int32_t>total)
+    write_i32(out + 4, <int32_t>0xDAA320A7)
+    write_i32(out + 8, <int32_t><uint32_t>zcrc32(0, <const uint8_t*>body, <unsigned int>body_length))
+    write_i32(out + POS_QUEUEID, queue_id)
+    write_i32(out + 16, flag)
+    write_i64(out + POS_QUEUEOFFSET, -1)
+    write_i64(out + POS_PHYSICALOFFSET, -1)
+    write_i32(out + 36, sysflag)
+    write_i64(out + POS_BORNTIMESTAMP, born_timestamp)
+    memcpy(out + 48, born_host, 8)
+    write_i64(out + POS_STORETIMESTAMP, -1)
+    memcpy(out + POS_STOREHOST, store_host, 8)
+    write_i32(out + POS_RECONSUMETIMES, reconsume_times)
+    write_i64(out + 76, prepared)
+    write_i32(out + POS_BODYLENGTH, <int32_t>body_length)
+    memcpy(out + POS_BODY, body, body_length)
+    out += POS_BODY + body_length
+    out[0] = <char>topic_length
+    memcpy(out + 1, topic, topic_length)
+    out += 1 + topic_length
+    out[0] = <char>(properties_length >> 8)
+    out[1] = <char>properties_length
+    return out + 2
+
+
 def encode_record(message, bytes store_host, int64_t now_ms, limits):
     """The record of ``message`` with placeholders unpatched, as an EncodedRecord; None when the
     message is one the Python twin must handle (to refuse it), checked in the twin's order."""
@@ -621,30 +665,23 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
         return None
     total = FIXED_SIZE + body_length + topic_length + properties_length
     data = PyBytes_FromStringAndSize(NULL, total)
-    out = PyBytes_AS_STRING(data)
-    write_i32(out, <int32_t>total)
-    write_i32(out + 4, <int32_t>0xDAA320A7)
-    write_i32(out + 8, <int32_t><uint32_t>zcrc32(0, <const uint8_t*>PyBytes_AS_STRING(body), <unsigned int>body_length))
-    write_i32(out + POS_QUEUEID, queue_id)
-    write_i32(out + 16, flag)
-    write_i64(out + POS_QUEUEOFFSET, -1)
-    write_i64(out + POS_PHYSICALOFFSET, -1)
-    write_i32(out + 36, sysflag)
-    write_i64(out + POS_BORNTIMESTAMP, born_timestamp)
-    memcpy(out + 48, PyBytes_AS_STRING(born_host), 8)
-    write_i64(out + POS_STORETIMESTAMP, -1)
-    memcpy(out + POS_STOREHOST, PyBytes_AS_STRING(store_host), 8)
-    write_i32(out + POS_RECONSUMETIMES, reconsume_times)
-    write_i64(out + 76, prepared)
-    write_i32(out + POS_BODYLENGTH, <int32_t>body_length)
-    memcpy(out + POS_BODY, PyBytes_AS_STRING(body), body_length)
-    out += POS_BODY + body_length
-    out[0] = <char>topic_length
-    memcpy(out + 1, PyBytes_AS_STRING(topic), topic_length)
-    out += 1 + topic_length
-    out[0] = <char>(properties_length >> 8)
-    out[1] = <char>properties_length
-    out += 2
+    out = put_record_head(
+        PyBytes_AS_STRING(data),
+        total,
+        PyBytes_AS_STRING(body),
+        body_length,
+        queue_id,
+        flag,
+        sysflag,
+        born_timestamp,
+        PyBytes_AS_STRING(born_host),
+        PyBytes_AS_STRING(store_host),
+        reconsume_times,
+        prepared,
+        PyBytes_AS_STRING(topic),
+        topic_length,
+        properties_length,
+    )
     for key, text in (<dict>properties).items():
         name = utf8_of(key, &name_length)
         value = utf8_of(text, &value_length)
@@ -1180,3 +1217,242 @@ def write_records(
     finally:
         PyBuffer_Release(&view)
     return count, position
+
+
+# ---------------------------------------------------------------------------------------------
+# A binary produce batch of plain messages straight into records (app.broker.core.Broker.produce_batch,
+# whose twin is the general path: app.codec.parse_batch, Broker.to_message, encode_record).
+
+cdef enum:
+    PRODUCER_UNIQ_KEY = 0x10000
+    MAX_QUEUE_ID = 1 << 16
+    UNIQUE_ID_COUNTER_DIGITS = 12
+
+cdef const char* NO_HOST = b"\0\0\0\0\0\0\0\0"
+
+
+cdef inline uint16_t read_u16(const uint8_t* at) noexcept nogil:
+    return <uint16_t>((at[0] << 8) | at[1])
+
+
+cdef inline uint32_t read_u32(const uint8_t* at) noexcept nogil:
+    return (<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16) | (<uint32_t>at[2] << 8) | at[3]
+
+
+cdef bint property_safe(const uint8_t* text, Py_ssize_t length) noexcept nogil:
+    """No property separator (0x01, 0x02) in a property's text."""
+    return memchr(text, 1, length) == NULL and memchr(text, 2, length) == NULL
+
+
+cdef Py_ssize_t plain_keys(const uint8_t* text, Py_ssize_t length, char* out) noexcept nogil:
+    """The keys as ``" ".join(text.split())`` writes them into ``out`` (room for ``length``); -1
+    when a byte is not printable ASCII or a space (the general path splits those)."""
+    cdef Py_ssize_t i, written = 0
+    cdef bint gap = False
+    for i in range(length):
+        if text[i] == 32:
+            gap = written > 0
+        elif 33 <= text[i] <= 126:
+            if gap:
+                out[written] = 32
+                written += 1
+                gap = False
+            out[written] = <char>text[i]
+            written += 1
+        else:
+            return -1
+    return written
+
+
+def encode_batch(
+    data,
+    str topic,
+    bytes topic_bytes,
+    bytes store_host,
+    int64_t now_ms,
+    Py_ssize_t max_body,
+    Py_ssize_t max_properties,
+    Py_ssize_t max_record,
+    int64_t queues,
+    int64_t round_robin,
+    str id_prefix,
+    int64_t id_counter,
+):
+    """Parse a binary batch (app.codec.parse_batch's layout) and encode each message as its
+    record, choosing queues and unique ids as the broker does: an explicit queue, else the next of
+    the topic's round robin (from ``round_robin``); the supplied unique id, else ``id_prefix`` and
+    the counter (from ``id_counter``). None when the batch is malformed or empty, or a message is
+    not plain (properties, a sharding key, keys other than printable ASCII, a field the store
+    refuses): the general path then takes the batch and says what is wrong.
+
+    Returns (records, the supplied unique ids in order, new ConsumeQueue entries per queue, the
+    records' bytes, the bodies' bytes, the round robin's next value, the counter's next value)."""
+    cdef Py_buffer view
+    cdef const uint8_t* buf
+    cdef const uint8_t* at
+    cdef const uint8_t* end
+    cdef const uint8_t* tags
+    cdef const uint8_t* keys
+    cdef const uint8_t* supplied_id
+    cdef const uint8_t* body
+    cdef const char* prefix
+    cdef char* out
+    cdef char keys_text[65536]
+    cdef char id_text[64]
+    cdef Py_ssize_t prefix_length, topic_length = len(topic_bytes), index, keys_length, id_length
+    cdef Py_ssize_t properties_length, total, total_size = 0, body_bytes = 0, digit
+    cdef uint32_t count, body_length
+    cdef uint16_t tags_length, keys_raw_length, id_raw_length
+    cdef int32_t queue_id, flag, tags_code, sysflag
+    cdef int64_t born_timestamp, counter
+    cdef list records = [], supplied = []
+    cdef dict entries = {}
+    cdef object tags_text, keys_value, unique_id, key, known
+    if len(store_host) != 8 or topic_length > 255 or queues <= 0:
+        return None
+    prefix = PyUnicode_AsUTF8AndSize(id_prefix, &prefix_length)
+    if prefix_length + UNIQUE_ID_COUNTER_DIGITS > 64:
+        return None
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>view.buf
+        end = buf + view.len
+        if view.len < 8 or memcmp(buf, b"WHB1", 4) != 0:
+            return None
+        count = read_u32(buf + 4)
+        if count == 0:
+            return None
+        at = buf + 8
+        for index in range(count):
+            # queue id 4 | flag 4 | born timestamp 8 | tags 2+n | keys 2+n | unique id 2+n |
+            # sharding key 2+n | properties 4+n | body 4+n
+            if end - at < 18:
+                return None
+            queue_id = read_i32(at)
+            flag = read_i32(at + 4)
+            born_timestamp = read_i64(at + 8)
+            tags_length = read_u16(at + 16)
+            tags = at + 18
+            at = tags + tags_length
+            if end - at < 2:
+                return None
+            keys_raw_length = read_u16(at)
+            keys = at + 2
+            at = keys + keys_raw_length
+            if end - at < 2:
+                return None
+            id_raw_length = read_u16(at)
+            supplied_id = at + 2
+            at = supplied_id + id_raw_length
+            if end - at < 2 or read_u16(at) != 0:  # a sharding key
+                return None
+            at += 2
+            if end - at < 4 or read_u32(at) != 0:  # properties
+                return None
+            at += 4
+            if end - at < 4:
+                return None
+            body_length = read_u32(at)
+            body = at + 4
+            if <uint64_t>(end - body) < body_length:
+                return None
+            at = body + body_length
+            if body_length == 0 or body_length > max_body:
+                return None
+            # Tags, keys and the unique id as the general path makes them properties.
+            tags_code = 0
+            properties_length = 0
+            if tags_length:
+                if not property_safe(tags, tags_length):
+                    return None
+                try:
+                    tags_text = PyUnicode_DecodeUTF8(<const char*>tags, tags_length, NULL)
+                except UnicodeDecodeError:
+                    return None
+                tags_code = java_hash(tags_text)
+                properties_length += 4 + tags_length + 2
+            keys_length = plain_keys(keys, keys_raw_length, keys_text)
+            if keys_length < 0:
+                return None
+            if keys_length:
+                properties_length += 4 + keys_length + 2
+            if id_raw_length:
+                if not property_safe(supplied_id, id_raw_length):
+                    return None
+                try:
+                    unique_id = PyUnicode_DecodeUTF8(<const char*>supplied_id, id_raw_length, NULL)
+                except UnicodeDecodeError:
+                    return None
+                supplied.append(unique_id)
+                sysflag = PRODUCER_UNIQ_KEY
+            else:
+                memcpy(id_text, prefix, prefix_length)
+                counter = id_counter & 0xFFFFFFFFFFFF
+                id_counter += 1
+                for digit in range(UNIQUE_ID_COUNTER_DIGITS):
+                    id_text[prefix_length + UNIQUE_ID_COUNTER_DIGITS - 1 - digit] = HEX_UPPER[counter & 15]
+                    counter >>= 4
+                unique_id = PyUnicode_DecodeASCII(id_text, prefix_length + UNIQUE_ID_COUNTER_DIGITS, NULL)
+                supplied_id = <const uint8_t*>id_text
+                id_raw_length = <uint16_t>(prefix_length + UNIQUE_ID_COUNTER_DIGITS)
+                sysflag = 0
+            properties_length += 8 + id_raw_length + 2
+            if properties_length > max_properties or properties_length > 32767:
+                return None
+            if queue_id < 0:
+                queue_id = <int32_t>(round_robin % queues)
+                round_robin += 1
+            elif queue_id >= queues:
+                return None
+            if queue_id >= MAX_QUEUE_ID:
+                return None
+            total = FIXED_SIZE + body_length + topic_length + properties_length
+            if total > max_record:
+                return None
+            record = PyBytes_FromStringAndSize(NULL, total)
+            out = put_record_head(
+                PyBytes_AS_STRING(record),
+                total,
+                <const char*>body,
+                body_length,
+                queue_id,
+                flag,
+                sysflag,
+                born_timestamp if born_timestamp else now_ms,
+                NO_HOST,
+                PyBytes_AS_STRING(store_host),
+                0,
+                0,
+                PyBytes_AS_STRING(topic_bytes),
+                topic_length,
+                properties_length,
+            )
+            if tags_length:
+                memcpy(out, b"TAGS\x01", 5)
+                memcpy(out + 5, tags, tags_length)
+                out[5 + tags_length] = 2
+                out += 6 + tags_length
+            if keys_length:
+                memcpy(out, b"KEYS\x01", 5)
+                memcpy(out + 5, keys_text, keys_length)
+                out[5 + keys_length] = 2
+                out += 6 + keys_length
+                keys_value = PyUnicode_DecodeASCII(keys_text, keys_length, NULL)
+            else:
+                keys_value = ""
+            memcpy(out, b"UNIQ_KEY\x01", 9)
+            memcpy(out + 9, supplied_id, id_raw_length)
+            out[9 + id_raw_length] = 2
+            key = (topic, queue_id)
+            known = entries.get(key)
+            entries[key] = 1 if known is None else known + 1
+            records.append(
+                tuple.__new__(_EncodedRecord, (record, topic, queue_id, tags_code, keys_value, unique_id, sysflag))
+            )
+            total_size += total
+            body_bytes += body_length
+        if at != end:
+            return None
+    finally:
+        PyBuffer_Release(&view)
+    return records, supplied, entries, total_size, body_bytes, round_robin, id_counter

@@ -56,7 +56,7 @@ from app.store.mapped_file_queue import MappedFileQueue
 from app.store.queue_table import QueueDispatcher, QueueTable
 from app.store.reader import MessageReader
 from app.store.record import CheckedRecord, StoredMessage, decode_record
-from app.store.record_format import Limits, Message, encode_host
+from app.store.record_format import EncodedRecord, Limits, Message, encode_host
 from app.store.recovery import RecoveryReport, recover
 from app.store.results import AppendResult, GetMessageResult
 from app.store.retention import CleanReport, CleanService
@@ -279,6 +279,13 @@ class MessageStore:
         valid and all are stored, or a MessageRejectedError names the first bad one."""
         self._check_writable()
         return self.writer.append(messages)
+
+    def append_records(
+        self, records: Sequence[EncodedRecord], total_size: int, entries: dict[tuple[str, int], int]
+    ) -> list[AppendResult]:
+        """Append records encoded already (:meth:`MessageWriter.append_records`)."""
+        self._check_writable()
+        return self.writer.append_records(records, total_size, entries)
 
     def durable(self, results: Sequence[AppendResult]) -> Future[bool]:
         """A future that is True once ``results`` are on disk as the flush mode promises."""

@@ -14,7 +14,7 @@ from app.store.disk_guard import DiskGuard
 from app.store.errors import InvalidQueueError
 from app.store.mapped_file import MappedFile
 from app.store.queue_table import QueueTable
-from app.store.record_format import Limits, Message, encode_record
+from app.store.record_format import EncodedRecord, Limits, Message, encode_record
 from app.store.results import AppendResult, PutStatus
 from app.store.store_services import StoreServices
 
@@ -54,7 +54,7 @@ class MessageWriter:
         now = int(time.time() * 1000)
         host, limits = self.commitlog.store_host, self.limits
         check_fits = self.commitlog.check_fits
-        records = []
+        records: list[EncodedRecord] = []
         entries: dict[tuple[str, int], int] = {}  # new ConsumeQueue entries per queue
         total_size = 0
         for message in messages:
@@ -68,6 +68,20 @@ class MessageWriter:
             if not skips_consume_queue(message.sysflag):
                 key = (message.topic, message.queue_id)
                 entries[key] = entries.get(key, 0) + 1
+        return self._append_encoded(records, total_size, entries)
+
+    def append_records(
+        self, records: Sequence[EncodedRecord], total_size: int, entries: dict[tuple[str, int], int]
+    ) -> list[AppendResult]:
+        """Append records encoded already (as :func:`encode_record` does, validated against the
+        store's limits): ``total_size`` their bytes, ``entries`` the ConsumeQueue entries they add
+        per queue. No waiting for the disk."""
+        self.disk_guard.check_writable()
+        return self._append_encoded(records, total_size, entries)
+
+    def _append_encoded(
+        self, records: Sequence[EncodedRecord], total_size: int, entries: dict[tuple[str, int], int]
+    ) -> list[AppendResult]:
         held: list[MappedFile] = []
         try:
             results = self.commitlog.append(records, total_size, lambda: self._prepare_queues(entries, held))

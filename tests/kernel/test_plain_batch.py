@@ -1,0 +1,143 @@
+"""A binary batch of plain messages is stored in one compiled call (app.broker.plain); its twin is
+the general path (parse_batch, Broker.produce). Two brokers on two stores take the same batches,
+one each way: they must answer alike and store the same bytes, whatever the batch holds (tags,
+keys, unique ids repeated within a batch or across batches, queues out of range, properties,
+sharding keys, fields the store refuses), and plain batches must take the compiled call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.broker import Broker
+from app.codec import BatchFormatError, IncomingMessage, decode_records, encode_batch, parse_batch
+from app.longpoll.hold import PullHoldService
+from app.routing.topic_config import TopicConfig, TopicConfigManager
+from app.settings import Settings
+from app.store import MessageStore, kernel
+from app.store.record_format import POS_STORETIMESTAMP
+from tests.store.conftest import tiny_config
+
+pytestmark = pytest.mark.skipif(kernel.compiled is None, reason="the compiled kernel is not loaded")
+
+TOPIC = "orders"
+QUEUES = 3
+
+texts = st.text(alphabet=st.sampled_from(list("ab Z9-_\t\x1cé€\x01\u3000")), max_size=6)
+plain_texts = st.text(alphabet=st.sampled_from(list("ab Z9-_")), max_size=6)
+
+
+def incoming(plain: bool) -> st.SearchStrategy[IncomingMessage]:
+    text = plain_texts if plain else texts
+    return st.builds(
+        IncomingMessage,
+        body=st.binary(min_size=1, max_size=40) if plain else st.binary(max_size=40),
+        tags=text,
+        keys=st.lists(text, max_size=3),
+        properties=st.just({}) if plain else st.sampled_from([{}, {}, {"region": "eu"}, {"KEYS": "k"}]),
+        queue_id=st.one_of(st.none(), st.integers(0, QUEUES - 1 if plain else QUEUES + 1)),
+        sharding_key=st.none() if plain else st.sampled_from([None, None, "customer-7"]),
+        unique_id=st.one_of(
+            st.none(), st.sampled_from(["u1", "u2", "é"]) if not plain else st.uuids().map(str)
+        ),
+        flag=st.integers(-(2**31), 2**31 - 1),
+        born_timestamp=st.integers(1, 2**62),
+    )
+
+
+def make_broker(directory: Path, max_message_size: int) -> Broker:
+    store = MessageStore(tiny_config(directory / "store", max_message_size=max_message_size)).open()
+    topics = TopicConfigManager(directory / "topics.json")
+    topics.create_many([TopicConfig(TOPIC, QUEUES, QUEUES)])
+    broker = Broker(Settings(), store, topics, PullHoldService(store.max_offset))
+    broker.unique_ids.prefix, broker.unique_ids.counter = "0A0B0C0D0E0F10111213", 0xFFFFFFFFFFF0
+    return broker
+
+
+async def general(broker: Broker, data: bytes) -> object:
+    try:
+        batch = parse_batch(data)
+        return await broker.produce(TOPIC, batch) if batch else "empty"
+    except (BatchFormatError, Exception) as exc:  # noqa: BLE001 - both paths must refuse alike
+        return type(exc).__name__, str(exc)
+
+
+async def compiled_first(broker: Broker, data: bytes, taken: list[bool]) -> object:
+    try:
+        answers = await broker.produce_batch(TOPIC, data)
+    except Exception as exc:  # noqa: BLE001
+        taken.append(True)
+        return type(exc).__name__, str(exc)
+    taken.append(answers is not None)
+    return answers if answers is not None else await general(broker, data)
+
+
+def log_bytes(broker: Broker) -> bytes:
+    """The CommitLog's records, store timestamps blanked (the two brokers store at other times)."""
+    out = bytearray()
+    for mapped in broker.store.commitlog.files.files:
+        out += mapped.mm[: mapped.wrote_position]
+    position = 0
+    while position + 4 <= len(out):
+        size = int.from_bytes(out[position : position + 4], "big")
+        if size <= 8 or position + size > len(out):
+            break
+        out[position + POS_STORETIMESTAMP : position + POS_STORETIMESTAMP + 8] = bytes(8)
+        position += size
+    return bytes(out)
+
+
+def run_both(tmp_path: Path, batches: list[list[IncomingMessage]], max_message_size: int = 30) -> list[bool]:
+    twin, fast = (
+        make_broker(tmp_path / "twin", max_message_size),
+        make_broker(tmp_path / "fast", max_message_size),
+    )
+    taken: list[bool] = []
+    try:
+        for batch in batches:
+            data = encode_batch(batch)
+            expected = asyncio.run(general(twin, data))
+            assert asyncio.run(compiled_first(fast, data, taken)) == expected
+        assert log_bytes(fast) == log_bytes(twin)
+        for queue_id in range(QUEUES):
+            assert fast.store.max_offset(TOPIC, queue_id) == twin.store.max_offset(TOPIC, queue_id)
+    finally:
+        twin.store.close()
+        fast.store.close()
+    return taken
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(incoming(plain=False), max_size=4), min_size=1, max_size=4))
+def test_any_batch_is_stored_as_the_general_path_stores_it(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[IncomingMessage]]
+) -> None:
+    run_both(tmp_path_factory.mktemp("brokers"), batches)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(incoming(plain=True), min_size=1, max_size=6), min_size=1, max_size=4))
+def test_a_plain_batch_takes_the_compiled_call(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[IncomingMessage]]
+) -> None:
+    assert all(run_both(tmp_path_factory.mktemp("brokers"), batches, max_message_size=4096))
+
+
+def test_a_born_timestamp_of_zero_is_the_time_of_the_produce(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path, 4096)
+    try:
+        before = int(time.time() * 1000)
+        answers: Any = asyncio.run(
+            broker.produce_batch(TOPIC, encode_batch([IncomingMessage(b"x", queue_id=0)]))
+        )
+        (message,) = decode_records(bytes(broker.store.get_message(TOPIC, 0, 0, 1).records[0]))
+        assert answers[0]["queue_offset"] == 0
+        assert before <= message.born_timestamp <= message.store_timestamp
+    finally:
+        broker.store.close()
