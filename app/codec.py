@@ -227,6 +227,14 @@ def as_consumed(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+def batch_count(data: bytes) -> int:
+    """The messages a binary produce batch says it holds (its head); 0 when it has no valid head."""
+    if len(data) < _BATCH_HEAD.size:
+        return 0
+    magic, count = _BATCH_HEAD.unpack_from(data, 0)
+    return int(count) if magic == BATCH_MAGIC else 0
+
+
 def parse_batch(data: bytes) -> list[IncomingMessage]:
     """Decode a binary produce batch; BatchFormatError says where it goes wrong."""
     data = bytes(data)

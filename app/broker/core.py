@@ -358,7 +358,13 @@ class Broker:
     async def produce_batch(self, topic: str, data: bytes) -> list[dict[str, Any]] | None:
         """Store a binary batch of plain messages in one compiled call (:func:`plain.produce_plain`);
         None when it is not one: parse it and call :meth:`produce`."""
-        return await plain.produce_plain(self, topic, data)
+        stored = await plain.produce_plain(self, topic, [data])
+        return stored[0] if stored else None
+
+    async def produce_batches(self, topic: str, batches: Sequence[bytes]) -> list[list[dict[str, Any]]]:
+        """Store binary batches in order, in one append, up to the first that is not plain
+        (:func:`plain.produce_plain`); the answers of those stored."""
+        return await plain.produce_plain(self, topic, batches)
 
     async def acknowledge(self, appended: Sequence[AppendResult]) -> str:
         """The status of appended messages once they are as durable as the flush mode and the

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.broker import repeats
+from app.broker.idempotency import IdempotencyWindow
 from app.store.errors import InvalidTopicError
 from app.store.kernel import compiled
-from app.store.record_format import BLANK_MIN_SIZE, SYSFLAG_PRODUCER_UNIQ_KEY, validate_topic
+from app.store.record_format import BLANK_MIN_SIZE, SYSFLAG_PRODUCER_UNIQ_KEY, EncodedRecord, validate_topic
 
 if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
     from app.broker.ha_role import HaRole
-    from app.broker.idempotency import IdempotencyWindow
     from app.broker.metrics import BrokerMetrics
     from app.broker.unique_ids import UniqueIdGenerator
     from app.longpoll.hold import PullHoldService
@@ -50,49 +50,64 @@ class Broker(Protocol):
     async def acknowledge(self, appended: Sequence[AppendResult]) -> str: ...
 
 
-async def produce_plain(broker: Broker, topic: str, data: bytes) -> list[dict[str, Any]] | None:
-    """Store the binary batch ``data`` on ``topic`` if it is plain (see the module), and answer as
-    :meth:`Broker.produce` does; None, with nothing stored, when the general path must take it."""
-    if compiled is None:
-        return None
+async def produce_plain(broker: Broker, topic: str, batches: Sequence[bytes]) -> list[list[dict[str, Any]]]:
+    """Store the binary ``batches`` on ``topic``, in order and in one append, as long as each is
+    plain (see the module), and answer each as :meth:`Broker.produce` does. Stops before the first
+    batch the general path must take (it may be the first: then nothing is stored), so that what
+    comes after it is stored after it; returns the answers of the batches it stored."""
+    if compiled is None or not batches:
+        return []
     config = broker.topics.get(topic)
     if config is None or not config.writable:
-        return None
+        return []
     store = broker.store
     limits = store.limits
     try:
         topic_bytes = validate_topic(topic, limits.max_topic_length)
     except InvalidTopicError:
-        return None
-    unique_ids = broker.unique_ids
-    made = compiled.encode_batch(
-        data,
-        topic,
-        topic_bytes,
-        store.store_host,
-        int(time.time() * 1000),
-        limits.max_message_size,
-        limits.max_properties_size,
-        store.commitlog.file_size - BLANK_MIN_SIZE,
-        config.write_queue_nums,
-        broker.round_robin.get(topic, 0),
-        unique_ids.prefix,
-        unique_ids.counter,
-    )
-    if made is None:
-        return None
-    records, supplied, entries, total_size, body_bytes, round_robin, counter = made
+        return []
     window = broker.idempotency if broker.idempotency.enabled else None
-    if supplied and window is not None:
-        if len(set(supplied)) < len(supplied):
-            return None  # a repeat within the batch
-        for unique_id in supplied:
-            if repeats.stored_first(broker, window, topic, unique_id) is not None:
-                return None
+    now_ms = int(time.time() * 1000)
+    round_robin = broker.round_robin.get(topic, 0)
+    counter = broker.unique_ids.counter
+    records: list[EncodedRecord] = []
+    entries: dict[tuple[str, int], int] = {}
+    supplied: set[str] = set()
+    sizes: list[int] = []  # records per stored batch
+    total_size = body_bytes = 0
+    for data in batches:
+        made = compiled.encode_batch(
+            data,
+            topic,
+            topic_bytes,
+            store.store_host,
+            now_ms,
+            limits.max_message_size,
+            limits.max_properties_size,
+            store.commitlog.file_size - BLANK_MIN_SIZE,
+            config.write_queue_nums,
+            round_robin,
+            broker.unique_ids.prefix,
+            counter,
+        )
+        if made is None or (
+            made[1] and window is not None and repeated(broker, window, topic, made[1], supplied)
+        ):
+            break
+        records.extend(made[0])
+        supplied.update(made[1])
+        for key, count in made[2].items():
+            entries[key] = entries.get(key, 0) + count
+        total_size += made[3]
+        body_bytes += made[4]
+        round_robin, counter = made[5], made[6]
+        sizes.append(len(made[0]))
+    if not records:
+        return []
     broker.ha.check_writable("messages")
     # Taken only now: a batch the general path takes chooses its queues and ids there.
     broker.round_robin[topic] = round_robin
-    unique_ids.counter = counter
+    broker.unique_ids.counter = counter
     woken = broker.holds.woken
     appended = store.append_records(records, total_size, entries)
     broker.metrics.count_produced(topic, len(records), body_bytes)
@@ -110,7 +125,7 @@ async def produce_plain(broker: Broker, topic: str, data: bytes) -> list[dict[st
             ),
         )
     status = await broker.acknowledge(appended)
-    return [
+    answers = [
         {
             "msg_id": result.msg_id,
             "unique_id": record[5],
@@ -120,3 +135,18 @@ async def produce_plain(broker: Broker, topic: str, data: bytes) -> list[dict[st
         }
         for record, result in zip(records, appended, strict=True)
     ]
+    stored, start = [], 0
+    for size in sizes:
+        stored.append(answers[start : start + size])
+        start += size
+    return stored
+
+
+def repeated(
+    broker: Broker, window: IdempotencyWindow, topic: str, ids: list[str], earlier: set[str]
+) -> bool:
+    """Whether a supplied unique id repeats one of its batch, of an earlier batch of this append
+    (``earlier``), or one the idempotency window remembers: the general path answers repeats."""
+    if len(set(ids)) < len(ids) or not earlier.isdisjoint(ids):
+        return True
+    return any(repeats.stored_first(broker, window, topic, unique_id) is not None for unique_id in ids)

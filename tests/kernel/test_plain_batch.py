@@ -93,17 +93,38 @@ def log_bytes(broker: Broker) -> bytes:
     return bytes(out)
 
 
-def run_both(tmp_path: Path, batches: list[list[IncomingMessage]], max_message_size: int = 30) -> list[bool]:
+async def compiled_in_one_append(broker: Broker, batches: list[bytes], taken: list[bool]) -> list[object]:
+    """As a produce socket stores the frames waiting: plain batches together, the first other one
+    through the general path, then on."""
+    answers: list[object] = []
+    while len(answers) < len(batches):
+        try:
+            stored = await broker.produce_batches(TOPIC, batches[len(answers) :])
+        except Exception as exc:  # noqa: BLE001
+            stored, answers = [], [*answers, (type(exc).__name__, str(exc))]
+        taken.extend([True] * len(stored))
+        answers.extend(stored)
+        if len(answers) < len(batches) and not stored:
+            taken.append(False)
+            answers.append(await general(broker, batches[len(answers)]))
+    return answers
+
+
+def run_both(
+    tmp_path: Path, batches: list[list[IncomingMessage]], max_message_size: int = 30, together: bool = False
+) -> list[bool]:
     twin, fast = (
         make_broker(tmp_path / "twin", max_message_size),
         make_broker(tmp_path / "fast", max_message_size),
     )
     taken: list[bool] = []
     try:
-        for batch in batches:
-            data = encode_batch(batch)
-            expected = asyncio.run(general(twin, data))
-            assert asyncio.run(compiled_first(fast, data, taken)) == expected
+        datas = [encode_batch(batch) for batch in batches]
+        expected = [asyncio.run(general(twin, data)) for data in datas]
+        if together:
+            assert asyncio.run(compiled_in_one_append(fast, datas, taken)) == expected
+        else:
+            assert [asyncio.run(compiled_first(fast, data, taken)) for data in datas] == expected
         assert log_bytes(fast) == log_bytes(twin)
         for queue_id in range(QUEUES):
             assert fast.store.max_offset(TOPIC, queue_id) == twin.store.max_offset(TOPIC, queue_id)
@@ -119,6 +140,15 @@ def test_any_batch_is_stored_as_the_general_path_stores_it(
     tmp_path_factory: pytest.TempPathFactory, batches: list[list[IncomingMessage]]
 ) -> None:
     run_both(tmp_path_factory.mktemp("brokers"), batches)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(incoming(plain=False), max_size=4), min_size=1, max_size=5))
+def test_batches_stored_in_one_append_are_stored_as_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[IncomingMessage]]
+) -> None:
+    """Repeats across the batches of one append too; a batch that is not plain splits them."""
+    run_both(tmp_path_factory.mktemp("brokers"), batches, together=True)
 
 
 @settings(max_examples=25, deadline=None)
@@ -141,3 +171,16 @@ def test_a_born_timestamp_of_zero_is_the_time_of_the_produce(tmp_path: Path) -> 
         assert before <= message.born_timestamp <= message.store_timestamp
     finally:
         broker.store.close()
+
+
+def test_a_unique_id_repeated_in_a_later_batch_of_the_same_append_is_a_repeat(tmp_path: Path) -> None:
+    first = [IncomingMessage(b"pay 10", queue_id=0, unique_id="payment-42", born_timestamp=1)]
+    again = [
+        IncomingMessage(b"pay 10", queue_id=1, unique_id="payment-42", born_timestamp=1),
+        IncomingMessage(b"ship", queue_id=1, born_timestamp=1),
+    ]
+    assert run_both(tmp_path, [first, again, first], max_message_size=4096, together=True) == [
+        True,
+        False,
+        False,
+    ]

@@ -67,6 +67,50 @@ def test_a_binary_frame_that_is_no_batch_is_one_error_and_the_socket_stays_open(
     assert [message["body"] for message in pulled] == ["after"]
 
 
+def test_plain_and_other_frames_keep_their_order_and_their_answers(
+    ws: WsBroker, client: httpx.Client, topic: str
+) -> None:
+    """Frames of plain batches are stored together; a frame with a property, one with a message
+    the broker refuses, a malformed one and a text frame between them take the general path, and
+    everything lands and is answered in the order sent."""
+    frames: list[bytes | None] = [
+        encode_batch([IncomingMessage(b"p0", queue_id=0), IncomingMessage(b"p1", queue_id=0)]),
+        encode_batch([IncomingMessage(b"p2", queue_id=0, properties={"region": "eu"})]),
+        encode_batch([IncomingMessage(b"p3", queue_id=0)]),
+        encode_batch([IncomingMessage(b"bad", queue_id=99), IncomingMessage(b"p4", queue_id=0)]),
+        None,  # a text frame
+        b"WHB1\x00\x00\x00\x01",
+        encode_batch([IncomingMessage(b"p6", queue_id=0, unique_id="u-6")]),
+        encode_batch([IncomingMessage(b"p6 again", queue_id=0, unique_id="u-6")]),
+    ]
+    with ws.connect("/v1/ws/produce", topic=topic, format="binary") as socket:
+        for frame in frames:
+            if frame is None:
+                socket.send(id="text", body="p5", queue_id=0)
+            else:
+                socket.connection.send(frame)
+        answered = results(socket, 10)
+    tags = [(result.get("frame"), result.get("index"), result.get("id")) for result in answered]
+    assert tags == [
+        (0, 0, None),
+        (0, 1, None),
+        (1, 0, None),
+        (2, 0, None),
+        (3, 0, None),
+        (3, 1, None),
+        (None, None, "text"),
+        (4, None, None),
+        (5, 0, None),
+        (6, 0, None),
+    ]
+    assert answered[4]["error_code"] == 40011 and answered[7]["error_code"] == 40010
+    assert answered[9]["msg_id"] == answered[8]["msg_id"]  # a repeat of u-6, not stored again
+    offsets = [result.get("queue_offset") for result in answered]
+    assert offsets == [0, 1, 2, 3, None, 4, 5, None, 6, 6]
+    pulled = client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0, "max_messages": 20})
+    assert [message["body"] for message in pulled.json()["messages"]] == [f"p{n}" for n in range(7)]
+
+
 def test_without_format_binary_a_binary_frame_must_hold_json(ws: WsBroker, topic: str) -> None:
     with ws.connect("/v1/ws/produce", topic=topic) as socket:
         socket.connection.send(encode_batch([IncomingMessage(b"x", queue_id=0)]))

@@ -18,7 +18,7 @@ their results are tagged with the frame's number and the message's index instead
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import APIRouter, WebSocket
 
@@ -28,7 +28,7 @@ from app.api.ws.going_away import websocket_sessions
 from app.api.ws.protocol import GOING_AWAY, WsClose, parse_frame, receive_raw, serve, wants_binary
 from app.api.ws.sender import FrameSender
 from app.broker import Broker, BrokerError
-from app.codec import BatchFormatError, IncomingMessage, parse_batch
+from app.codec import BatchFormatError, IncomingMessage, batch_count, parse_batch
 from app.store.errors import StoreError
 from app.store.filter import FilterExpressionError
 
@@ -38,7 +38,35 @@ router = APIRouter()
 # ``id`` for a JSON frame; for a message of a binary batch frame, ``frame`` (the frame's number on
 # the socket, from 0) and ``index`` (its place in the batch); ``frame`` alone for a batch that does
 # not parse.
-Entry = tuple[dict[str, Any], IncomingMessage | ApiError]
+Parsed = tuple[dict[str, Any], IncomingMessage | ApiError]
+Entry = tuple[dict[str, Any], "IncomingMessage | ApiError | BinaryFrame"]
+
+
+class BinaryFrame(NamedTuple):
+    """A binary frame not parsed yet: frames of plain batches are stored together in one compiled
+    call (:meth:`Broker.produce_batches`), any other is parsed into its messages then."""
+
+    number: int
+    data: bytes
+    messages: int  # as its head says (one when it says none): what it weighs against the bound
+
+
+def binary_frame(data: bytes, number: int) -> Entry:
+    return {"frame": number}, BinaryFrame(number, data, max(batch_count(data), 1))
+
+
+def leading_frames(entries: list[Entry]) -> list[BinaryFrame]:
+    frames = []
+    for _, item in entries:
+        if not isinstance(item, BinaryFrame):
+            break
+        frames.append(item)
+    return frames
+
+
+def weight(entries: list[Entry]) -> int:
+    """The messages of ``entries``, a binary frame's as its head says."""
+    return sum(item.messages if isinstance(item, BinaryFrame) else 1 for _, item in entries)
 
 
 def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
@@ -50,7 +78,7 @@ def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
         return exc
 
 
-def parse_batch_frame(data: bytes, number: int) -> list[Entry]:
+def parse_batch_frame(data: bytes, number: int) -> list[Parsed]:
     """The entries of a binary frame: a batch in the ``application/vnd.wharf.batch`` format."""
     try:
         batch = parse_batch(data)
@@ -125,14 +153,14 @@ class ProduceSession:
                 return
             data, size = received
             if self.binary and isinstance(data, bytes):
-                entries = parse_batch_frame(data, self.binary_frames)
+                entries = [binary_frame(data, self.binary_frames)]
                 self.binary_frames += 1
             else:
                 frame = parse_frame(data)
                 entries = [({"id": frame.get("id")}, parse_message(frame))]
             self.waiting.extend(entries)
             self._answered.clear()
-            self.pending += len(entries)
+            self.pending += weight(entries)
             self.pending_bytes += size
             # A frame's bytes are released with its last message.
             self._sizes.extend([0] * (len(entries) - 1) + [size])
@@ -147,7 +175,7 @@ class ProduceSession:
             self._arrived.clear()
             results = await self._store(batch)
             await self.sender.send({"type": "results", "results": results})
-            self.pending -= len(batch)
+            self.pending -= weight(batch)
             self.pending_bytes -= sum(self._sizes[: len(batch)])
             del self._sizes[: len(batch)]
             self._room.set()
@@ -155,6 +183,43 @@ class ProduceSession:
                 self._answered.set()
 
     async def _store(self, batch: list[Entry]) -> list[dict[str, Any]]:
+        """Results in frame order, stored in frame order: the binary frames of plain batches
+        together in one compiled call, the messages of other frames in one append per run."""
+        results: list[dict[str, Any]] = []
+        position = 0
+        while position < len(batch):
+            frames = leading_frames(batch[position:])
+            if frames:
+                stored = await self._store_frames(frames)
+                for frame, answers in zip(frames, stored, strict=False):
+                    results.extend(
+                        {"frame": frame.number, "index": index, **answer}
+                        for index, answer in enumerate(answers)
+                    )
+                position += len(stored)
+                if len(stored) < len(frames):  # not a plain batch: its messages, parsed
+                    frame = frames[len(stored)]
+                    results.extend(await self._store_messages(parse_batch_frame(frame.data, frame.number)))
+                    position += 1
+                continue
+            run: list[Parsed] = []
+            for tag, item in batch[position:]:
+                if isinstance(item, BinaryFrame):
+                    break
+                run.append((tag, item))
+            results.extend(await self._store_messages(run))
+            position += len(run)
+        return results
+
+    async def _store_frames(self, frames: list[BinaryFrame]) -> list[list[dict[str, Any]]]:
+        """The answers of the leading frames stored in one compiled call; none when the first is
+        not a plain batch, or the broker refuses it (its messages, parsed, then say why)."""
+        try:
+            return await self.broker.produce_batches(self.topic, [frame.data for frame in frames])
+        except (BrokerError, StoreError):
+            return []
+
+    async def _store_messages(self, batch: list[Parsed]) -> list[dict[str, Any]]:
         """Results in frame order; one append for every valid message of the batch."""
         valid = [(tag, item) for tag, item in batch if isinstance(item, IncomingMessage)]
         stored: dict[int, dict[str, Any]] = {}
