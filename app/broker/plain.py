@@ -125,16 +125,7 @@ async def produce_plain(broker: Broker, topic: str, batches: Sequence[bytes]) ->
             ),
         )
     status = await broker.acknowledge(appended)
-    answers = [
-        {
-            "msg_id": result.msg_id,
-            "unique_id": record[5],
-            "queue_id": result.queue_id,
-            "queue_offset": result.queue_offset,
-            "status": status,
-        }
-        for record, result in zip(records, appended, strict=True)
-    ]
+    answers = compiled.plain_answers(records, appended, status)
     stored, start = [], 0
     for size in sizes:
         stored.append(answers[start : start + size])
@@ -150,3 +141,20 @@ def repeated(
     if len(set(ids)) < len(ids) or not earlier.isdisjoint(ids):
         return True
     return any(repeats.stored_first(broker, window, topic, unique_id) is not None for unique_id in ids)
+
+
+def python_answers(
+    records: Sequence[EncodedRecord], appended: Sequence[AppendResult], status: str
+) -> list[dict[str, Any]]:
+    """The answers of stored records, as :meth:`Broker.produce` makes them: the twin of the
+    kernel's ``plain_answers``."""
+    return [
+        {
+            "msg_id": result.msg_id,
+            "unique_id": record.uniq_key,
+            "queue_id": result.queue_id,
+            "queue_offset": result.queue_offset,
+            "status": status,
+        }
+        for record, result in zip(records, appended, strict=True)
+    ]

@@ -1456,3 +1456,40 @@ def encode_batch(
     finally:
         PyBuffer_Release(&view)
     return records, supplied, entries, total_size, body_bytes, round_robin, id_counter
+
+
+def plain_answers(records, appended, str status):
+    """Produce's answers for stored records (app.broker.plain.python_answers): per message its
+    msg_id (the store host and physical offset, 32 hex digits), unique id, queue id, queue offset
+    and ``status``."""
+    cdef list answers = []
+    cdef Py_ssize_t index, count = len(records)
+    cdef int64_t offset
+    cdef int digit
+    cdef char text[32]
+    cdef const uint8_t* host
+    cdef object result
+    cdef dict answer
+    if len(appended) != count:
+        raise ValueError("as many results as records")
+    for index in range(count):
+        result = appended[index]
+        store_host = result.store_host
+        if type(store_host) is not bytes or len(store_host) != 8:
+            raise ValueError("a store host is 8 bytes")
+        host = <const uint8_t*>PyBytes_AS_STRING(store_host)
+        for digit in range(8):
+            text[2 * digit] = HEX_UPPER[host[digit] >> 4]
+            text[2 * digit + 1] = HEX_UPPER[host[digit] & 15]
+        offset = result.physical_offset
+        for digit in range(16):
+            text[31 - digit] = HEX_UPPER[(<uint64_t>offset >> (4 * digit)) & 15]
+        answer = {
+            "msg_id": PyUnicode_DecodeASCII(text, 32, NULL),
+            "unique_id": records[index][5],
+            "queue_id": result.queue_id,
+            "queue_offset": result.queue_offset,
+            "status": status,
+        }
+        answers.append(answer)
+    return answers

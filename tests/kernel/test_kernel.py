@@ -16,11 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import codec
+from app.broker import plain
 from app.store import commit_log, kernel, record_format
 from app.store import record as record_module
 from app.store.index_file import IndexFile
 from app.store.index_service import Placed
 from app.store.record_format import FIXED_SIZE, HEADER, MESSAGE_MAGIC, EncodedRecord, Limits, Message
+from app.store.results import AppendResult, PutStatus
 
 compiled = kernel.compiled
 HOST = b"\x7f\0\0\1\0\0\x1f\x90"
@@ -538,3 +540,23 @@ def test_write_records_matches_its_python_twin(
         ends.append((written, bytes(mm), queue_offsets, results, runs))
         mm.close()
     assert ends[0] == ends[1]
+
+
+@needs_extension
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.binary(min_size=8, max_size=8), st.integers(0, 2**63 - 1), st.integers(0, 2**40)),
+        max_size=5,
+    ),
+    st.sampled_from(["SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT"]),
+)
+def test_plain_answers_match_their_python_twin(places: list[tuple[bytes, int, int]], status: str) -> None:
+    records = [EncodedRecord(b"", "orders", 1, 0, "", f"id-{index}é", 0) for index in range(len(places))]
+    appended = [
+        AppendResult(PutStatus.PUT_OK, "orders", 1, queue_offset, offset, 100, 1, host)
+        for host, offset, queue_offset in places
+    ]
+    assert compiled.plain_answers(records, appended, status) == plain.python_answers(
+        records, appended, status
+    )
