@@ -36,6 +36,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from app.client.aio import AsyncRouteCache, authorization_headers, bootstrap_list
+from app.client.aio_pipeline import NO_COMPRESSION
 from app.client.auth import User, basic_auth
 from app.client.consumed import ConsumedMessage
 from app.client.errors import BrokerError, WharfClientError
@@ -321,7 +322,11 @@ class AsyncSubscriber:
     async def _connect(self, socket: _Socket) -> None:
         """Open the socket and take its first frame, the assignment; a refusal raises here."""
         connection = await connect(
-            socket.url, additional_headers=self._headers, open_timeout=self.timeout_s, max_size=None
+            socket.url,
+            additional_headers=self._headers,
+            open_timeout=self.timeout_s,
+            max_size=None,
+            compression=NO_COMPRESSION,
         )
         try:
             first = await asyncio.wait_for(connection.recv(), self.timeout_s)
