@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import codec
-from app.broker import plain
+from app.broker import idempotency, plain
 from app.store import commit_log, kernel, record_format
 from app.store import record as record_module
 from app.store.index_file import IndexFile
@@ -560,3 +560,41 @@ def test_plain_answers_match_their_python_twin(places: list[tuple[bytes, int, in
     assert compiled.plain_answers(records, appended, status) == plain.python_answers(
         records, appended, status
     )
+
+
+# Operations on a digest table: insert (digest from a small set, so keys repeat), expire, find.
+table_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.integers(1, 60), st.integers(0, 50), st.integers(0, 3)),
+        st.tuples(st.just("insert"), st.integers(1, 6), st.integers(0, 5), st.integers(0, 3)),
+        st.tuples(st.just("expire"), st.integers(0, 40), st.just(0), st.just(0)),
+        st.tuples(st.just("find"), st.integers(1, 60), st.just(0), st.just(0)),
+    ),
+    max_size=300,
+)
+
+
+@needs_extension
+@settings(max_examples=400, deadline=None)
+@given(table_operations, st.integers(1, 40))
+def test_the_digest_table_matches_its_python_twin(
+    operations: list[tuple[str, int, int, int]], limit: int
+) -> None:
+    """Same finds and counts through inserts that replace, evict past the limit, expire, and grow
+    the table (digests that share low bits share slots)."""
+    twin, table = idempotency.BucketTable(), compiled.DigestTable()
+    clock = 0.0
+    for name, key, offset, step in operations:
+        d = idempotency.DIGEST_SIGN | (key << 40) | (key % 7)
+        if name == "insert":
+            clock += step
+            twin.insert(d, offset, clock + 10, limit)
+            table.insert(d, offset, clock + 10, limit)
+        elif name == "expire":
+            twin.expire(float(key))
+            table.expire(float(key))
+        assert table.find(d) == twin.find(d)
+        assert table.count == twin.count
+    for key in range(1, 61):
+        d = idempotency.DIGEST_SIGN | (key << 40) | (key % 7)
+        assert table.find(d) == twin.find(d)
