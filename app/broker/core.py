@@ -282,7 +282,16 @@ class Broker:
 
     async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
         """Store a batch in one append; results in request order. Repeats of a producer's unique id
-        within the idempotency window are answered with the first message and not stored again."""
+        within the idempotency window are answered with the first message and not stored again.
+        A batch of plain messages is encoded in one compiled call (:func:`plain.produce_messages`);
+        any other takes :meth:`produce_general`."""
+        stored = await plain.produce_messages(self, topic, batch)
+        if stored is not None:
+            return stored
+        return await self.produce_general(topic, batch)
+
+    async def produce_general(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
+        """:meth:`produce` for any batch: message by message in Python (the compiled path's twin)."""
         self.ha.check_writable("messages")
         config = await self.topic_for_write(topic)
         window = self.idempotency if self.idempotency.enabled else None

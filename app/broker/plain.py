@@ -1,25 +1,27 @@
-"""Producing a binary batch of plain messages in one compiled call.
+"""Producing plain messages in one compiled call.
 
 Most batches a client sends are plain: every message has a body, maybe tags, keys, an explicit
 queue or a unique id of its own, and nothing else (no properties, so no delay; no sharding key).
-For those the kernel's ``encode_batch`` parses the batch, picks each message's queue and unique id
-as :meth:`Broker.produce` does, and encodes the records, and the store appends them as they are:
-no parsed message, no Message, no per-message Python on the way in. The general path (parse,
-:meth:`Broker.produce`) is this path's twin and takes every other batch: one the kernel finds
-malformed or not plain, a topic that does not exist yet or refuses writes, a supplied unique id
-the idempotency window (or the batch itself) has seen already, and every batch when the kernel is
-not loaded. tests/kernel checks that both store the same records.
+For those the kernel picks each message's queue and unique id as :meth:`Broker.produce_general`
+does and encodes the records (``encode_batch`` straight from a binary batch, ``encode_messages``
+from messages a JSON or NDJSON body or a produce socket's JSON frame was parsed into), and the store
+appends them as they are: no Message, no per-message Python on the way in. The general path is
+this path's twin and takes every other batch: one the kernel finds malformed or not plain, a topic
+that does not exist yet or refuses writes, a supplied unique id the idempotency window (or the
+batch itself) has seen already, and every batch when the kernel is not loaded.
+tests/kernel/test_plain_batch.py drives two brokers, one each way, and compares answers and bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.broker import repeats
 from app.broker.idempotency import IdempotencyWindow
+from app.codec import IncomingMessage
 from app.store.errors import InvalidTopicError
 from app.store.kernel import compiled
 from app.store.record_format import BLANK_MIN_SIZE, SYSFLAG_PRODUCER_UNIQ_KEY, EncodedRecord, validate_topic
@@ -50,12 +52,35 @@ class Broker(Protocol):
     async def acknowledge(self, appended: Sequence[AppendResult]) -> str: ...
 
 
+async def produce_messages(
+    broker: Broker, topic: str, messages: Sequence[IncomingMessage]
+) -> list[dict[str, Any]] | None:
+    """Store parsed ``messages`` on ``topic`` in one compiled call if each is plain (see the module)
+    and answer as :meth:`Broker.produce` does; None, with nothing stored, when the general path must
+    take them."""
+    if compiled is None:
+        return None
+    stored = await produce_encoded(broker, topic, [messages], compiled.encode_messages)
+    return stored[0] if stored else None
+
+
 async def produce_plain(broker: Broker, topic: str, batches: Sequence[bytes]) -> list[list[dict[str, Any]]]:
     """Store the binary ``batches`` on ``topic``, in order and in one append, as long as each is
     plain (see the module), and answer each as :meth:`Broker.produce` does. Stops before the first
     batch the general path must take (it may be the first: then nothing is stored), so that what
     comes after it is stored after it; returns the answers of the batches it stored."""
-    if compiled is None or not batches:
+    if compiled is None:
+        return []
+    return await produce_encoded(broker, topic, batches, compiled.encode_batch)
+
+
+async def produce_encoded(
+    broker: Broker, topic: str, batches: Sequence[Any], encode: Callable[..., Any]
+) -> list[list[dict[str, Any]]]:
+    """Encode ``batches`` with the kernel's ``encode`` (``encode_batch`` or ``encode_messages``) up
+    to the first it refuses, append their records in one append, and answer each batch."""
+    assert compiled is not None
+    if not batches:
         return []
     config = broker.topics.get(topic)
     if config is None or not config.writable:
@@ -75,9 +100,8 @@ async def produce_plain(broker: Broker, topic: str, batches: Sequence[bytes]) ->
     supplied: set[str] = set()
     sizes: list[int] = []  # records per stored batch
     total_size = body_bytes = 0
-    for data in batches:
-        made = compiled.encode_batch(
-            data,
+    for batch in batches:
+        encoder = compiled.PlainEncoder(
             topic,
             topic_bytes,
             store.store_host,
@@ -90,18 +114,19 @@ async def produce_plain(broker: Broker, topic: str, batches: Sequence[bytes]) ->
             broker.unique_ids.prefix,
             counter,
         )
-        if made is None or (
-            made[1] and window is not None and repeated(broker, window, topic, made[1], supplied)
-        ):
+        if not encode(batch, encoder):
             break
-        records.extend(made[0])
-        supplied.update(made[1])
-        for key, count in made[2].items():
+        made, ids, queues, size, body_size, round_robin_after, counter_after = encoder.result()
+        if ids and window is not None and repeated(broker, window, topic, ids, supplied):
+            break
+        records.extend(made)
+        supplied.update(ids)
+        for key, count in queues.items():
             entries[key] = entries.get(key, 0) + count
-        total_size += made[3]
-        body_bytes += made[4]
-        round_robin, counter = made[5], made[6]
-        sizes.append(len(made[0]))
+        total_size += size
+        body_bytes += body_size
+        round_robin, counter = round_robin_after, counter_after
+        sizes.append(len(made))
     if not records:
         return []
     broker.ha.check_writable("messages")

@@ -49,20 +49,6 @@ def write_records(
     results: list[object],
     runs: dict[tuple[str, int], tuple[int, bytearray]],
 ) -> tuple[int, int]: ...
-def encode_batch(
-    data: bytes | bytearray | memoryview,
-    topic: str,
-    topic_bytes: bytes,
-    store_host: bytes,
-    now_ms: int,
-    max_body: int,
-    max_properties: int,
-    max_record: int,
-    queues: int,
-    round_robin: int,
-    id_prefix: str,
-    id_counter: int,
-) -> tuple[list[tuple[object, ...]], list[str], dict[tuple[str, int], int], int, int, int, int] | None: ...
 def plain_answers(records: object, appended: object, status: str) -> list[dict[str, object]]: ...
 
 class DigestTable:
@@ -73,3 +59,25 @@ class DigestTable:
         self, topic: str, entries: Iterable[tuple[str, int]], expires: float, max_entries: int
     ) -> None: ...
     def expire(self, now: float) -> None: ...
+
+_Encoded = tuple[list[tuple[object, ...]], list[str], dict[tuple[str, int], int], int, int, int, int]
+
+class PlainEncoder:
+    def __init__(
+        self,
+        topic: str,
+        topic_bytes: bytes,
+        store_host: bytes,
+        now_ms: int,
+        max_body: int,
+        max_properties: int,
+        max_record: int,
+        queues: int,
+        round_robin: int,
+        id_prefix: str,
+        id_counter: int,
+    ) -> None: ...
+    def result(self) -> _Encoded: ...
+
+def encode_batch(data: bytes | bytearray | memoryview, encoder: PlainEncoder) -> bool: ...
+def encode_messages(messages: object, encoder: PlainEncoder) -> bool: ...

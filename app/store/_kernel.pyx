@@ -1265,29 +1265,181 @@ cdef Py_ssize_t plain_keys(const uint8_t* text, Py_ssize_t length, char* out) no
     return written
 
 
-def encode_batch(
-    data,
-    str topic,
-    bytes topic_bytes,
-    bytes store_host,
-    int64_t now_ms,
-    Py_ssize_t max_body,
-    Py_ssize_t max_properties,
-    Py_ssize_t max_record,
-    int64_t queues,
-    int64_t round_robin,
-    str id_prefix,
-    int64_t id_counter,
-):
-    """Parse a binary batch (app.codec.parse_batch's layout) and encode each message as its
-    record, choosing queues and unique ids as the broker does: an explicit queue, else the next of
-    the topic's round robin (from ``round_robin``); the supplied unique id, else ``id_prefix`` and
-    the counter (from ``id_counter``). None when the batch is malformed or empty, or a message is
-    not plain (properties, a sharding key, keys other than printable ASCII, a field the store
-    refuses): the general path then takes the batch and says what is wrong.
+cdef class PlainEncoder:
+    """Encodes plain messages into records one by one, choosing queues and unique ids as the
+    broker does: an explicit queue, else the next of the topic's round robin (from
+    ``round_robin``); the supplied unique id, else ``id_prefix`` and the counter (from
+    ``id_counter``). ``encode_batch`` and ``encode_messages`` feed it."""
 
-    Returns (records, the supplied unique ids in order, new ConsumeQueue entries per queue, the
-    records' bytes, the bodies' bytes, the round robin's next value, the counter's next value)."""
+    cdef str topic
+    cdef bytes topic_bytes, store_host
+    cdef int64_t now_ms, queues, round_robin, id_counter
+    cdef Py_ssize_t max_body, max_properties, max_record, prefix_length
+    cdef const char* prefix
+    cdef str id_prefix
+    cdef list records, supplied
+    cdef dict entries
+    cdef Py_ssize_t total_size, body_bytes
+
+    def __cinit__(
+        self,
+        str topic,
+        bytes topic_bytes,
+        bytes store_host,
+        int64_t now_ms,
+        Py_ssize_t max_body,
+        Py_ssize_t max_properties,
+        Py_ssize_t max_record,
+        int64_t queues,
+        int64_t round_robin,
+        str id_prefix,
+        int64_t id_counter,
+    ):
+        if len(store_host) != 8 or len(topic_bytes) > 255 or queues <= 0:
+            raise ValueError("a store host of 8 bytes, a topic of at most 255 and a queue or more")
+        self.topic, self.topic_bytes, self.store_host = topic, topic_bytes, store_host
+        self.now_ms, self.queues, self.round_robin, self.id_counter = now_ms, queues, round_robin, id_counter
+        self.max_body, self.max_properties, self.max_record = max_body, max_properties, max_record
+        self.id_prefix = id_prefix
+        self.prefix = PyUnicode_AsUTF8AndSize(id_prefix, &self.prefix_length)
+        if self.prefix_length + UNIQUE_ID_COUNTER_DIGITS > 64:
+            raise ValueError("the unique id prefix is too long")
+        self.records, self.supplied, self.entries = [], [], {}
+        self.total_size = self.body_bytes = 0
+
+    cdef bint add(
+        self,
+        const uint8_t* body,
+        Py_ssize_t body_length,
+        object tags_text,
+        const uint8_t* tags,
+        Py_ssize_t tags_length,
+        const char* keys,
+        Py_ssize_t keys_length,
+        object supplied,
+        const uint8_t* supplied_id,
+        Py_ssize_t id_length,
+        int64_t queue_id,
+        int32_t flag,
+        int64_t born_timestamp,
+    ) except -1:
+        """Encode one message: its tags (``tags_text`` their str, or None when there are none),
+        keys already as ``" ".join(keys)`` makes them, its supplied unique id (``supplied`` the str,
+        or None), its queue (-1: the round robin's). False when the general path must take it."""
+        cdef char id_text[64]
+        cdef Py_ssize_t properties_length = 0, total, digit, topic_length = len(self.topic_bytes)
+        cdef int64_t counter
+        cdef int32_t tags_code = 0, sysflag
+        cdef bint by_turn
+        cdef char* out
+        cdef object unique_id, keys_value, key, known
+        if body_length == 0 or body_length > self.max_body:
+            return False
+        if tags_length:
+            if not property_safe(tags, tags_length):
+                return False
+            tags_code = java_hash(tags_text)
+            properties_length += 4 + tags_length + 2
+        if keys_length:
+            properties_length += 4 + keys_length + 2
+        if supplied is not None:
+            if not property_safe(supplied_id, id_length):
+                return False
+            unique_id = supplied
+            sysflag = PRODUCER_UNIQ_KEY
+        else:
+            memcpy(id_text, self.prefix, self.prefix_length)
+            counter = self.id_counter & 0xFFFFFFFFFFFF
+            for digit in range(UNIQUE_ID_COUNTER_DIGITS):
+                id_text[self.prefix_length + UNIQUE_ID_COUNTER_DIGITS - 1 - digit] = HEX_UPPER[counter & 15]
+                counter >>= 4
+            id_length = self.prefix_length + UNIQUE_ID_COUNTER_DIGITS
+            unique_id = PyUnicode_DecodeASCII(id_text, id_length, NULL)
+            supplied_id = <const uint8_t*>id_text
+            sysflag = 0
+        properties_length += 8 + id_length + 2
+        if properties_length > self.max_properties or properties_length > 32767:
+            return False
+        by_turn = queue_id < 0
+        if by_turn:
+            queue_id = self.round_robin % self.queues
+        elif queue_id >= self.queues:
+            return False
+        if queue_id >= MAX_QUEUE_ID:
+            return False
+        total = FIXED_SIZE + body_length + topic_length + properties_length
+        if total > self.max_record:
+            return False
+        # Everything checked: from here on the message is taken.
+        if supplied is None:
+            self.id_counter += 1
+        else:
+            self.supplied.append(supplied)
+        if by_turn:
+            self.round_robin += 1
+        record = PyBytes_FromStringAndSize(NULL, total)
+        out = put_record_head(
+            PyBytes_AS_STRING(record),
+            total,
+            <const char*>body,
+            body_length,
+            <int32_t>queue_id,
+            flag,
+            sysflag,
+            born_timestamp if born_timestamp else self.now_ms,
+            NO_HOST,
+            PyBytes_AS_STRING(self.store_host),
+            0,
+            0,
+            PyBytes_AS_STRING(self.topic_bytes),
+            topic_length,
+            properties_length,
+        )
+        if tags_length:
+            memcpy(out, b"TAGS\x01", 5)
+            memcpy(out + 5, tags, tags_length)
+            out[5 + tags_length] = 2
+            out += 6 + tags_length
+        if keys_length:
+            memcpy(out, b"KEYS\x01", 5)
+            memcpy(out + 5, keys, keys_length)
+            out[5 + keys_length] = 2
+            out += 6 + keys_length
+            keys_value = PyUnicode_DecodeASCII(keys, keys_length, NULL)
+        else:
+            keys_value = ""
+        memcpy(out, b"UNIQ_KEY\x01", 9)
+        memcpy(out + 9, supplied_id, id_length)
+        out[9 + id_length] = 2
+        key = (self.topic, queue_id)
+        known = self.entries.get(key)
+        self.entries[key] = 1 if known is None else known + 1
+        self.records.append(
+            tuple.__new__(_EncodedRecord, (record, self.topic, queue_id, tags_code, keys_value, unique_id, sysflag))
+        )
+        self.total_size += total
+        self.body_bytes += body_length
+        return True
+
+    def result(self):
+        """(records, the supplied unique ids in order, new ConsumeQueue entries per queue, the
+        records' bytes, the bodies' bytes, the round robin's next value, the counter's next value)."""
+        return (
+            self.records,
+            self.supplied,
+            self.entries,
+            self.total_size,
+            self.body_bytes,
+            self.round_robin,
+            self.id_counter,
+        )
+
+
+def encode_batch(data, PlainEncoder encoder):
+    """Parse a binary batch (app.codec.parse_batch's layout) and encode each message into
+    ``encoder``. False when the batch is malformed or empty, or a message is not plain
+    (properties, a sharding key, keys other than printable ASCII, a field the store refuses): the
+    general path then takes the batch and says what is wrong."""
     cdef Py_buffer view
     cdef const uint8_t* buf
     cdef const uint8_t* at
@@ -1296,39 +1448,28 @@ def encode_batch(
     cdef const uint8_t* keys
     cdef const uint8_t* supplied_id
     cdef const uint8_t* body
-    cdef const char* prefix
-    cdef char* out
     cdef char keys_text[65536]
-    cdef char id_text[64]
-    cdef Py_ssize_t prefix_length, topic_length = len(topic_bytes), index, keys_length, id_length
-    cdef Py_ssize_t properties_length, total, total_size = 0, body_bytes = 0, digit
+    cdef Py_ssize_t index, keys_length
     cdef uint32_t count, body_length
     cdef uint16_t tags_length, keys_raw_length, id_raw_length
-    cdef int32_t queue_id, flag, tags_code, sysflag
-    cdef int64_t born_timestamp, counter
-    cdef list records = [], supplied = []
-    cdef dict entries = {}
-    cdef object tags_text, keys_value, unique_id, key, known
-    if len(store_host) != 8 or topic_length > 255 or queues <= 0:
-        return None
-    prefix = PyUnicode_AsUTF8AndSize(id_prefix, &prefix_length)
-    if prefix_length + UNIQUE_ID_COUNTER_DIGITS > 64:
-        return None
+    cdef int32_t queue_id, flag
+    cdef int64_t born_timestamp
+    cdef object tags_text, unique_id
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>view.buf
         end = buf + view.len
         if view.len < 8 or memcmp(buf, b"WHB1", 4) != 0:
-            return None
+            return False
         count = read_u32(buf + 4)
         if count == 0:
-            return None
+            return False
         at = buf + 8
         for index in range(count):
             # queue id 4 | flag 4 | born timestamp 8 | tags 2+n | keys 2+n | unique id 2+n |
             # sharding key 2+n | properties 4+n | body 4+n
             if end - at < 18:
-                return None
+                return False
             queue_id = read_i32(at)
             flag = read_i32(at + 4)
             born_timestamp = read_i64(at + 8)
@@ -1336,127 +1477,64 @@ def encode_batch(
             tags = at + 18
             at = tags + tags_length
             if end - at < 2:
-                return None
+                return False
             keys_raw_length = read_u16(at)
             keys = at + 2
             at = keys + keys_raw_length
             if end - at < 2:
-                return None
+                return False
             id_raw_length = read_u16(at)
             supplied_id = at + 2
             at = supplied_id + id_raw_length
             if end - at < 2 or read_u16(at) != 0:  # a sharding key
-                return None
+                return False
             at += 2
             if end - at < 4 or read_u32(at) != 0:  # properties
-                return None
+                return False
             at += 4
             if end - at < 4:
-                return None
+                return False
             body_length = read_u32(at)
             body = at + 4
             if <uint64_t>(end - body) < body_length:
-                return None
+                return False
             at = body + body_length
-            if body_length == 0 or body_length > max_body:
-                return None
-            # Tags, keys and the unique id as the general path makes them properties.
-            tags_code = 0
-            properties_length = 0
+            tags_text = None
             if tags_length:
-                if not property_safe(tags, tags_length):
-                    return None
                 try:
                     tags_text = PyUnicode_DecodeUTF8(<const char*>tags, tags_length, NULL)
                 except UnicodeDecodeError:
-                    return None
-                tags_code = java_hash(tags_text)
-                properties_length += 4 + tags_length + 2
+                    return False
             keys_length = plain_keys(keys, keys_raw_length, keys_text)
             if keys_length < 0:
-                return None
-            if keys_length:
-                properties_length += 4 + keys_length + 2
+                return False
+            unique_id = None
             if id_raw_length:
-                if not property_safe(supplied_id, id_raw_length):
-                    return None
                 try:
                     unique_id = PyUnicode_DecodeUTF8(<const char*>supplied_id, id_raw_length, NULL)
                 except UnicodeDecodeError:
-                    return None
-                supplied.append(unique_id)
-                sysflag = PRODUCER_UNIQ_KEY
-            else:
-                memcpy(id_text, prefix, prefix_length)
-                counter = id_counter & 0xFFFFFFFFFFFF
-                id_counter += 1
-                for digit in range(UNIQUE_ID_COUNTER_DIGITS):
-                    id_text[prefix_length + UNIQUE_ID_COUNTER_DIGITS - 1 - digit] = HEX_UPPER[counter & 15]
-                    counter >>= 4
-                unique_id = PyUnicode_DecodeASCII(id_text, prefix_length + UNIQUE_ID_COUNTER_DIGITS, NULL)
-                supplied_id = <const uint8_t*>id_text
-                id_raw_length = <uint16_t>(prefix_length + UNIQUE_ID_COUNTER_DIGITS)
-                sysflag = 0
-            properties_length += 8 + id_raw_length + 2
-            if properties_length > max_properties or properties_length > 32767:
-                return None
-            if queue_id < 0:
-                queue_id = <int32_t>(round_robin % queues)
-                round_robin += 1
-            elif queue_id >= queues:
-                return None
-            if queue_id >= MAX_QUEUE_ID:
-                return None
-            total = FIXED_SIZE + body_length + topic_length + properties_length
-            if total > max_record:
-                return None
-            record = PyBytes_FromStringAndSize(NULL, total)
-            out = put_record_head(
-                PyBytes_AS_STRING(record),
-                total,
-                <const char*>body,
+                    return False
+            if not encoder.add(
+                body,
                 body_length,
-                queue_id,
+                tags_text,
+                tags,
+                tags_length,
+                keys_text,
+                keys_length,
+                unique_id,
+                supplied_id,
+                id_raw_length,
+                queue_id if queue_id >= 0 else -1,
                 flag,
-                sysflag,
-                born_timestamp if born_timestamp else now_ms,
-                NO_HOST,
-                PyBytes_AS_STRING(store_host),
-                0,
-                0,
-                PyBytes_AS_STRING(topic_bytes),
-                topic_length,
-                properties_length,
-            )
-            if tags_length:
-                memcpy(out, b"TAGS\x01", 5)
-                memcpy(out + 5, tags, tags_length)
-                out[5 + tags_length] = 2
-                out += 6 + tags_length
-            if keys_length:
-                memcpy(out, b"KEYS\x01", 5)
-                memcpy(out + 5, keys_text, keys_length)
-                out[5 + keys_length] = 2
-                out += 6 + keys_length
-                keys_value = PyUnicode_DecodeASCII(keys_text, keys_length, NULL)
-            else:
-                keys_value = ""
-            memcpy(out, b"UNIQ_KEY\x01", 9)
-            memcpy(out + 9, supplied_id, id_raw_length)
-            out[9 + id_raw_length] = 2
-            key = (topic, queue_id)
-            known = entries.get(key)
-            entries[key] = 1 if known is None else known + 1
-            records.append(
-                tuple.__new__(_EncodedRecord, (record, topic, queue_id, tags_code, keys_value, unique_id, sysflag))
-            )
-            total_size += total
-            body_bytes += body_length
+                born_timestamp,
+            ):
+                return False
         if at != end:
-            return None
+            return False
     finally:
         PyBuffer_Release(&view)
-    return records, supplied, entries, total_size, body_bytes, round_robin, id_counter
+    return True
 
 
 def plain_answers(records, appended, str status):
@@ -1669,3 +1747,90 @@ cdef class DigestTable:
         """Drop the entries that expired before ``now``."""
         while self.ring_size and self.ring_expiry[self.ring_head] < now:
             self.drop_oldest()
+
+
+cdef bint int_in(object value, object low, object high):
+    """Whether ``value`` is an int (not a bool) from ``low`` to ``high``."""
+    return type(value) is int and low <= value <= high
+
+
+INT64_LOW, INT64_HIGH = -(1 << 63), (1 << 63) - 1
+
+
+def encode_messages(messages, PlainEncoder encoder):
+    """As ``encode_batch``, for parsed messages (app.codec.IncomingMessage, as the JSON and NDJSON
+    bodies and the produce socket's JSON frames give them): False unless each is plain (a bytes
+    body, no properties, sharding key or delay, keys of printable ASCII, ints in their fields'
+    ranges, text that has UTF-8)."""
+    cdef char keys_text[65536]
+    cdef const char* text
+    cdef const char* tags
+    cdef const char* supplied_id
+    cdef Py_ssize_t length, keys_length, tags_length, id_length, i
+    cdef object body, tags_text, unique_id, queue_id, key
+    if not messages:
+        return False
+    for message in messages:
+        body = message.body
+        if type(body) is not bytes or message.properties or message.sharding_key is not None:
+            return False
+        if message.delay_level is not None or message.delay_ms is not None or message.deliver_at_ms is not None:
+            return False
+        queue_id = message.queue_id
+        if queue_id is None:
+            queue_id = -1
+        elif not int_in(queue_id, 0, 0x7FFFFFFF):
+            return False
+        if not int_in(message.flag, -0x80000000, 0x7FFFFFFF):
+            return False
+        if not int_in(message.born_timestamp, INT64_LOW, INT64_HIGH):
+            return False
+        tags_text = message.tags
+        tags_length = 0
+        tags = NULL
+        if tags_text:
+            tags = utf8_of(tags_text, &tags_length)
+            if tags == NULL:
+                return False
+        else:
+            tags_text = None
+        keys_length = 0
+        key_list = message.keys
+        if type(key_list) is not list:
+            return False
+        for key in key_list:
+            text = utf8_of(key, &length)
+            if text == NULL or length == 0 or keys_length + length + 1 > 65535:
+                return False
+            for i in range(length):
+                if not 33 <= <uint8_t>text[i] <= 126:
+                    return False
+            if keys_length:
+                keys_text[keys_length] = 32
+                keys_length += 1
+            memcpy(keys_text + keys_length, text, length)
+            keys_length += length
+        unique_id = message.unique_id
+        id_length = 0
+        supplied_id = NULL
+        if unique_id is not None:
+            supplied_id = utf8_of(unique_id, &id_length)
+            if supplied_id == NULL or id_length == 0:
+                return False
+        if not encoder.add(
+            <const uint8_t*>PyBytes_AS_STRING(body),
+            len(body),
+            tags_text,
+            <const uint8_t*>tags,
+            tags_length,
+            keys_text,
+            keys_length,
+            unique_id,
+            <const uint8_t*>supplied_id,
+            id_length,
+            queue_id,
+            message.flag,
+            message.born_timestamp,
+        ):
+            return False
+    return True

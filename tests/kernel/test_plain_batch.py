@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.broker import Broker
+from app.broker import Broker, plain
 from app.codec import BatchFormatError, IncomingMessage, decode_records, encode_batch, parse_batch
 from app.longpoll.hold import PullHoldService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
@@ -39,7 +39,7 @@ def incoming(plain: bool) -> st.SearchStrategy[IncomingMessage]:
         IncomingMessage,
         body=st.binary(min_size=1, max_size=40) if plain else st.binary(max_size=40),
         tags=text,
-        keys=st.lists(text, max_size=3),
+        keys=st.lists(st.text(alphabet="abZ9-_", min_size=1, max_size=6) if plain else text, max_size=3),
         properties=st.just({}) if plain else st.sampled_from([{}, {}, {"region": "eu"}, {"KEYS": "k"}]),
         queue_id=st.one_of(st.none(), st.integers(0, QUEUES - 1 if plain else QUEUES + 1)),
         sharding_key=st.none() if plain else st.sampled_from([None, None, "customer-7"]),
@@ -63,7 +63,7 @@ def make_broker(directory: Path, max_message_size: int) -> Broker:
 async def general(broker: Broker, data: bytes) -> object:
     try:
         batch = parse_batch(data)
-        return await broker.produce(TOPIC, batch) if batch else "empty"
+        return await broker.produce_general(TOPIC, batch) if batch else "empty"
     except (BatchFormatError, Exception) as exc:  # noqa: BLE001 - both paths must refuse alike
         return type(exc).__name__, str(exc)
 
@@ -159,6 +159,95 @@ def test_a_plain_batch_takes_the_compiled_call(
     assert all(run_both(tmp_path_factory.mktemp("brokers"), batches, max_message_size=4096))
 
 
+async def messages_general(broker: Broker, batch: list[IncomingMessage]) -> object:
+    try:
+        return await broker.produce_general(TOPIC, batch)
+    except Exception as exc:  # noqa: BLE001 - both paths must refuse alike
+        return type(exc).__name__, str(exc)
+
+
+async def messages_compiled_first(broker: Broker, batch: list[IncomingMessage], taken: list[bool]) -> object:
+    try:
+        answers = await plain.produce_messages(broker, TOPIC, batch)
+    except Exception as exc:  # noqa: BLE001
+        taken.append(True)
+        return type(exc).__name__, str(exc)
+    taken.append(answers is not None)
+    return answers if answers is not None else await messages_general(broker, batch)
+
+
+# One field away from plain: each is refused by the general path, or makes the message one the
+# general path must take.
+deviations = st.sampled_from(
+    [
+        ("properties", {"region": "eu"}),
+        ("sharding_key", "customer-7"),
+        ("deliver_at_ms", 1),  # a delay the clock does not move: already due
+        ("queue_id", QUEUES),
+        ("queue_id", -1),
+        ("queue_id", True),
+        ("keys", ["a b"]),
+        ("keys", [""]),
+        ("keys", ["é"]),
+        ("keys", ("a",)),
+        ("body", b""),
+        ("body", "text"),
+        ("body", bytearray(b"ab")),
+        ("flag", 2**31),
+        ("flag", 1.5),
+        ("born_timestamp", 2**63),
+        ("unique_id", ""),
+        ("unique_id", "\ud800"),
+        ("unique_id", "a\x01b"),
+        ("tags", "\ud800"),
+        ("tags", "a\x02"),
+    ]
+)
+
+
+@st.composite
+def parsed_messages(draw: st.DrawFn) -> IncomingMessage:
+    """Plain messages as the JSON path parses them, and now and then one a field away from plain."""
+    message = draw(incoming(plain=True))
+    if draw(st.booleans()):
+        name, value = draw(deviations)
+        setattr(message, name, value)
+    return message
+
+
+def run_messages(tmp_path: Path, batches: list[list[IncomingMessage]], max_message_size: int) -> list[bool]:
+    twin, fast = (
+        make_broker(tmp_path / "twin", max_message_size),
+        make_broker(tmp_path / "fast", max_message_size),
+    )
+    taken: list[bool] = []
+    try:
+        for batch in batches:
+            expected = asyncio.run(messages_general(twin, batch))
+            assert asyncio.run(messages_compiled_first(fast, batch, taken)) == expected
+        assert log_bytes(fast) == log_bytes(twin)
+    finally:
+        twin.store.close()
+        fast.store.close()
+    return taken
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(parsed_messages(), min_size=1, max_size=4), min_size=1, max_size=4))
+def test_parsed_messages_are_stored_as_the_general_path_stores_them(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[IncomingMessage]]
+) -> None:
+    run_messages(tmp_path_factory.mktemp("brokers"), batches, 30)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(incoming(plain=True), min_size=1, max_size=6), min_size=1, max_size=4))
+def test_plain_parsed_messages_take_the_compiled_call(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[IncomingMessage]]
+) -> None:
+    assert all(run_messages(tmp_path_factory.mktemp("brokers"), batches, 4096))
+
+
 def test_a_born_timestamp_of_zero_is_the_time_of_the_produce(tmp_path: Path) -> None:
     broker = make_broker(tmp_path, 4096)
     try:
@@ -184,3 +273,17 @@ def test_a_unique_id_repeated_in_a_later_batch_of_the_same_append_is_a_repeat(tm
         False,
         False,
     ]
+
+
+@pytest.mark.parametrize("delay", [{"delay_ms": 60_000}, {"delay_level": 3}, {"deliver_at_ms": 120_000}])
+def test_a_delayed_message_is_no_plain_message(tmp_path: Path, delay: dict[str, int]) -> None:
+    """It waits for its time (the general path schedules it), rather than being stored at once."""
+    broker = make_broker(tmp_path, 4096)
+    if "deliver_at_ms" in delay:  # from now
+        delay["deliver_at_ms"] += int(time.time() * 1000)
+    try:
+        (answer,) = asyncio.run(broker.produce(TOPIC, [IncomingMessage(b"later", queue_id=0, **delay)]))
+        assert answer["deliver_at_ms"] > time.time() * 1000
+        assert broker.store.max_offset(TOPIC, 0) == 0
+    finally:
+        broker.store.close()
