@@ -26,10 +26,12 @@ import struct
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from app.store.kernel import compiled
+from app.store.record_format import SYSFLAG_PRODUCER_UNIQ_KEY, EncodedRecord
+from app.store.results import AppendResult
 
 Key = tuple[str, str]  # (topic, unique id)
 
@@ -97,6 +99,21 @@ class IdempotencyWindow:
         table.expire(now)
         table.put_many(topic, entries, now + self.window_s, self.max_entries)
 
+    def first_known(self, topic: str, ids: Sequence[str], start: int = 0) -> int:
+        """The index of the first of ``ids`` (from ``start``) remembered on ``topic``; -1 if none."""
+        table = self._table
+        table.expire(self.clock())
+        return table.first_known(topic, ids, start)
+
+    def put_records(
+        self, topic: str, records: Sequence[EncodedRecord], appended: Sequence[AppendResult]
+    ) -> None:
+        """Remember where each of ``records`` with a supplied unique id was stored (``appended``)."""
+        now = self.clock()
+        table = self._table
+        table.expire(now)
+        table.put_records(topic, records, appended, now + self.window_s, self.max_entries)
+
     def restore(self, entries: Iterable[tuple[Key, int, float]]) -> int:
         """Remember stored messages again: (key, offset, age in seconds), oldest first, as read
         from the CommitLog at start. Entries already past the window are skipped; returns how
@@ -127,6 +144,17 @@ class DigestTable(Protocol):
 
     def put_many(
         self, topic: str, entries: Iterable[tuple[str, int]], expires: float, max_entries: int
+    ) -> None: ...
+
+    def first_known(self, topic: str, ids: Sequence[str], start: int) -> int: ...
+
+    def put_records(
+        self,
+        topic: str,
+        records: Sequence[EncodedRecord],
+        appended: Sequence[AppendResult],
+        expires: float,
+        max_entries: int,
     ) -> None: ...
 
     def expire(self, now: float) -> None: ...
@@ -164,6 +192,31 @@ class BucketTable:
         insert = self.insert
         for unique_id, physical_offset in entries:
             insert(hash((topic, unique_id)) | DIGEST_SIGN, physical_offset, expires, max_entries)
+
+    def first_known(self, topic: str, ids: Sequence[str], start: int) -> int:
+        for index in range(start, len(ids)):
+            if self.find(hash((topic, ids[index])) | DIGEST_SIGN) is not None:
+                return index
+        return -1
+
+    def put_records(
+        self,
+        topic: str,
+        records: Sequence[EncodedRecord],
+        appended: Sequence[AppendResult],
+        expires: float,
+        max_entries: int,
+    ) -> None:
+        self.put_many(
+            topic,
+            (
+                (record.uniq_key, result.physical_offset)
+                for record, result in zip(records, appended, strict=True)
+                if record.sysflag & SYSFLAG_PRODUCER_UNIQ_KEY
+            ),
+            expires,
+            max_entries,
+        )
 
     def insert(self, d: int, physical_offset: int, expires: float, max_entries: int) -> None:
         """Remember digest ``d`` at ``physical_offset`` until ``expires`` (at the ring's end), then

@@ -24,7 +24,7 @@ from app.broker.idempotency import IdempotencyWindow
 from app.codec import IncomingMessage
 from app.store.errors import InvalidTopicError
 from app.store.kernel import compiled
-from app.store.record_format import BLANK_MIN_SIZE, SYSFLAG_PRODUCER_UNIQ_KEY, EncodedRecord, validate_topic
+from app.store.record_format import BLANK_MIN_SIZE, EncodedRecord, validate_topic
 
 if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
@@ -140,15 +140,7 @@ async def produce_encoded(
         # The pulls this append woke answer before the producer does (as Broker.produce).
         await asyncio.sleep(0)
     if supplied and window is not None:
-        # Remembered before the group commit, as Broker.produce does.
-        window.put_many(
-            topic,
-            (
-                (record[5], result.physical_offset)
-                for record, result in zip(records, appended, strict=True)
-                if record[6] & SYSFLAG_PRODUCER_UNIQ_KEY
-            ),
-        )
+        window.put_records(topic, records, appended)  # before the group commit, as in produce_general
     status = await broker.acknowledge(appended)
     answers = compiled.plain_answers(records, appended, status)
     stored, start = [], 0
@@ -165,7 +157,12 @@ def repeated(
     (``earlier``), or one the idempotency window remembers: the general path answers repeats."""
     if len(set(ids)) < len(ids) or not earlier.isdisjoint(ids):
         return True
-    return any(repeats.stored_first(broker, window, topic, unique_id) is not None for unique_id in ids)
+    index = window.first_known(topic, ids)
+    while index >= 0:
+        if repeats.stored_first(broker, window, topic, ids[index]) is not None:
+            return True
+        index = window.first_known(topic, ids, index + 1)
+    return False
 
 
 def python_answers(

@@ -1,4 +1,5 @@
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 _Record = bytes | memoryview
 _Fallback = Callable[[_Record, bool], bytes]
@@ -57,6 +58,10 @@ class DigestTable:
     def insert(self, d: int, physical_offset: int, expires: float, max_entries: int) -> None: ...
     def put_many(
         self, topic: str, entries: Iterable[tuple[str, int]], expires: float, max_entries: int
+    ) -> None: ...
+    def first_known(self, topic: str, ids: Sequence[str], start: int) -> int: ...
+    def put_records(
+        self, topic: str, records: Sequence[Any], appended: Sequence[Any], expires: float, max_entries: int
     ) -> None: ...
     def expire(self, now: float) -> None: ...
 

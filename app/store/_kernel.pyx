@@ -1743,6 +1743,29 @@ cdef class DigestTable:
             d = <int64_t>(<uint64_t>hash((topic, unique_id)) | 0x8000000000000000ULL)
             self.insert(d, physical_offset, expires, max_entries)
 
+    def first_known(self, str topic, ids, Py_ssize_t start):
+        """The index of the first of ``ids`` from ``start`` whose digest of (topic, unique id) is
+        in the table; -1 when none is."""
+        cdef Py_ssize_t index, count = len(ids)
+        cdef int64_t d
+        for index in range(start, count):
+            d = <int64_t>(<uint64_t>hash((topic, ids[index])) | 0x8000000000000000ULL)
+            if self.locate(d) >= 0:
+                return index
+        return -1
+
+    def put_records(self, str topic, records, appended, double expires, Py_ssize_t max_entries):
+        """Remember where each record with a supplied unique id (its sysflag says so) was stored."""
+        cdef Py_ssize_t index, count = len(records)
+        cdef int64_t d
+        if len(appended) != count:
+            raise ValueError("as many results as records")
+        for index in range(count):
+            record = records[index]
+            if <int64_t>record[6] & PRODUCER_UNIQ_KEY:
+                d = <int64_t>(<uint64_t>hash((topic, record[5])) | 0x8000000000000000ULL)
+                self.insert(d, appended[index].physical_offset, expires, max_entries)
+
     def expire(self, double now):
         """Drop the entries that expired before ``now``."""
         while self.ring_size and self.ring_expiry[self.ring_head] < now:

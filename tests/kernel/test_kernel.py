@@ -21,7 +21,15 @@ from app.store import commit_log, kernel, record_format
 from app.store import record as record_module
 from app.store.index_file import IndexFile
 from app.store.index_service import Placed
-from app.store.record_format import FIXED_SIZE, HEADER, MESSAGE_MAGIC, EncodedRecord, Limits, Message
+from app.store.record_format import (
+    FIXED_SIZE,
+    HEADER,
+    MESSAGE_MAGIC,
+    SYSFLAG_PRODUCER_UNIQ_KEY,
+    EncodedRecord,
+    Limits,
+    Message,
+)
 from app.store.results import AppendResult, PutStatus
 
 compiled = kernel.compiled
@@ -597,4 +605,33 @@ def test_the_digest_table_matches_its_python_twin(
         assert table.count == twin.count
     for key in range(1, 61):
         d = idempotency.DIGEST_SIGN | (key << 40) | (key % 7)
+        assert table.find(d) == twin.find(d)
+
+
+@needs_extension
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c", "é"]), st.booleans(), st.integers(0, 99)), max_size=8),
+    st.lists(st.sampled_from(["a", "b", "c", "é", "z"]), max_size=6),
+    st.integers(0, 6),
+)
+def test_the_digest_tables_remember_records_and_find_ids_alike(
+    stored: list[tuple[str, bool, int]], asked: list[str], start: int
+) -> None:
+    """Only records whose sysflag says their unique id was supplied are remembered; the first id
+    remembered from ``start`` on is the same one."""
+    records = [
+        EncodedRecord(b"", "orders", 0, 0, "", unique_id, SYSFLAG_PRODUCER_UNIQ_KEY if supplied else 0)
+        for unique_id, supplied, _ in stored
+    ]
+    appended = [
+        AppendResult(PutStatus.PUT_OK, "orders", 0, 0, offset, 100, 1, HOST) for _, _, offset in stored
+    ]
+    twin, table = idempotency.BucketTable(), compiled.DigestTable()
+    for each in (twin, table):
+        each.put_records("orders", records, appended, 10.0, 5)
+    assert table.count == twin.count
+    assert table.first_known("orders", asked, start) == twin.first_known("orders", asked, start)
+    for unique_id in ("a", "b", "c", "é"):
+        d = hash(("orders", unique_id)) | idempotency.DIGEST_SIGN
         assert table.find(d) == twin.find(d)
