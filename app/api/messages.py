@@ -99,6 +99,9 @@ def _media_type(request: Request) -> str:
 
 
 def _parse_json(raw: bytes) -> list[IncomingMessage]:
+    batch = wire.batch_of(raw)
+    if batch is not None:
+        return batch
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

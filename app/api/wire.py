@@ -74,6 +74,20 @@ def to_incoming(item: WireMessage) -> IncomingMessage:
     )
 
 
+_BATCH = msgspec.json.Decoder(WireBatch)
+
+
+def batch_of(raw: bytes) -> list[IncomingMessage] | None:
+    """A ``{"messages": [...]}`` body decoded straight into its typed messages, without a dict per
+    message on the way; None when the body is not a valid batch: the caller then decodes it as
+    :func:`messages_of` does, which says what is wrong (or takes a single message object)."""
+    try:
+        batch = _BATCH.decode(raw)
+    except msgspec.DecodeError:  # ValidationError included
+        return None
+    return [to_incoming(item) for item in batch.messages]
+
+
 def messages_of(document: dict[str, Any]) -> list[IncomingMessage]:
     """A produce body's messages: ``{"messages": [...]}`` or one message object."""
     try:

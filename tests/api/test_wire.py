@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import MessageIn, ProduceRequest
-from app.api.wire import WireBatch, WireMessage, message_of, messages_of, ndjson_line
+from app.api.wire import WireBatch, WireMessage, batch_of, message_of, messages_of, ndjson_line
 
 LIMITS = ("maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "maxItems", "minItems")
 
@@ -159,3 +159,31 @@ def test_a_message_keeps_every_field() -> None:
         3,
     )
     assert (message.delay_ms, message.deliver_at_ms) == (None, None)
+
+
+batch_documents = st.one_of(
+    st.fixed_dictionaries({"messages": st.lists(st.dictionaries(fields, values, max_size=4), max_size=3)}),
+    st.dictionaries(st.sampled_from(["messages", "body", "x"]), values, max_size=2),
+    st.lists(values, max_size=2),
+)
+
+
+def _decoded(decode: Any, *args: Any) -> Any:
+    try:
+        return decode(*args)
+    except ApiError as error:
+        return error.code, error.message
+
+
+@settings(max_examples=400, deadline=None)
+@given(batch_documents)
+def test_a_batch_decoded_straight_from_its_bytes_is_the_batch_messages_of_gives(document: Any) -> None:
+    """What batch_of takes, messages_of gives alike (messages, or the same refusal); what it leaves
+    (None) is any body that is not a valid batch."""
+    raw = msgspec.json.encode(document)
+    straight = _decoded(batch_of, raw)
+    if straight is None:
+        if isinstance(document, dict) and isinstance(document.get("messages"), list) and document["messages"]:
+            assert isinstance(_decoded(messages_of, document), tuple)  # refused there too
+        return
+    assert straight == _decoded(messages_of, document)
