@@ -75,6 +75,7 @@ def to_incoming(item: WireMessage) -> IncomingMessage:
 
 
 _BATCH = msgspec.json.Decoder(WireBatch)
+INT64_MIN, UINT64_MAX = -(1 << 63), (1 << 64) - 1
 
 
 def batch_of(raw: bytes) -> list[IncomingMessage] | None:
@@ -83,8 +84,13 @@ def batch_of(raw: bytes) -> list[IncomingMessage] | None:
     :func:`messages_of` does, which says what is wrong (or takes a single message object)."""
     try:
         batch = _BATCH.decode(raw)
-    except msgspec.DecodeError:  # ValidationError included
+    except ValueError:  # msgspec's errors, and text that is not UTF-8
         return None
+    for item in batch.messages:
+        # What orjson (the dict path) refuses as a number: outside 64 bits.
+        for number in (item.queue_id, item.delay_level, item.delay_ms, item.deliver_at_ms):
+            if number is not None and not INT64_MIN <= number <= UINT64_MAX:
+                return None
     return [to_incoming(item) for item in batch.messages]
 
 

@@ -187,3 +187,17 @@ def test_a_batch_decoded_straight_from_its_bytes_is_the_batch_messages_of_gives(
             assert isinstance(_decoded(messages_of, document), tuple)  # refused there too
         return
     assert straight == _decoded(messages_of, document)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"messages": [{"body": "\xff"}]}',  # not UTF-8
+        b'{"messages": [{"body": "a", "queue_id": 18446744073709551616}]}',  # past 64 bits
+        b'{"messages": [{"body": "a", "delay_ms": -9223372036854775809}]}',
+        b'{"messages": [{"body": "a\x00"}]}',
+        b"[" * 5000,
+    ],
+)
+def test_what_the_dict_path_must_refuse_is_left_to_it(raw: bytes) -> None:
+    assert batch_of(raw) is None
