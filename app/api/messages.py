@@ -231,7 +231,8 @@ async def produce(topic: TopicName, request: Request) -> Response:
     raw = await request.body()
     query = request.query_params
     transaction = query.get("transaction")
-    if media_type == BATCH_MEDIA_TYPE and transaction is None:
+    tried_binary = media_type == BATCH_MEDIA_TYPE and transaction is None
+    if tried_binary:
         # A batch of plain messages is stored in one compiled call; any other is parsed below.
         plain = await broker.produce_batch(topic, raw)
         if plain is not None:
@@ -249,7 +250,9 @@ async def produce(topic: TopicName, request: Request) -> Response:
         batch = [_raw_body_message(raw, request.query_params)]
     if not batch:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
-    if transaction is None:
+    if tried_binary:  # the compiled call declined it already: straight to the general path
+        results = await broker.produce_general(topic, batch)
+    elif transaction is None:
         results = await broker.produce(topic, batch)
     else:
         results = await broker.transactions.begin(topic, batch, transaction, query.get("producer_group"))
