@@ -22,6 +22,7 @@ import websockets
 from app.broker.ha_master import unframe
 from app.store import MessageStore
 from app.store.epochs import Epoch
+from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ class HaSlave:
         assert self.apply_metadata is not None
         wait_ms = self.metadata_interval_ms
         async with httpx.AsyncClient(
-            base_url=master, timeout=wait_ms / 1000 + 10, headers=self.headers
+            base_url=master, timeout=wait_ms / 1000 + 10, headers=self.headers, verify=client_ssl_context()
         ) as http:
             while True:
                 ahead = await self.offsets_ahead() if self.offsets_ahead is not None else []

@@ -21,6 +21,7 @@ from app.broker.errors import (
     TopicExistsError,
 )
 from app.routing.topic_config import TopicConfig
+from app.tls import client_ssl_context
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
@@ -94,7 +95,7 @@ async def create_across(
         where = f"cluster {cluster!r}" if cluster else f"brokers {list(brokers or [])}"
         raise ClusterNotFoundError(f"no live master in {where}")
     placements = []
-    async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S) as client:
+    async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, verify=client_ssl_context()) as client:
         for name, address in targets:
             if name == routing.identity.broker_name:
                 try:

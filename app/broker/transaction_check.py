@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.broker.transaction_table import OpenTransaction, TransactionTable
+from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,9 @@ class HttpCheckBack:
 
     async def __call__(self, url: str, transaction: dict[str, Any]) -> CheckAnswer:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False)
+            self._client = httpx.AsyncClient(
+                timeout=self.timeout_s, follow_redirects=False, verify=client_ssl_context()
+            )
         try:
             response = await self._client.post(url, json=transaction)
             if not response.is_success:

@@ -13,6 +13,7 @@ import httpx
 from app.client.auth import User, basic_auth
 from app.client.closing import HttpOwner
 from app.client.errors import raise_for_envelope
+from app.tls import client_ssl_context
 
 # The broker's cap on a bulk create, and on a page.
 MAX_BULK_TOPICS = 1000
@@ -23,7 +24,9 @@ class Admin(HttpOwner):
     def __init__(self, address: str, *, timeout_s: float = 30.0, user: User | None = None) -> None:
         """``user``: ``"accessKey:secretKey"`` (or a pair) for a broker with an ACL."""
         self.address = address.rstrip("/")
-        self.http = httpx.Client(base_url=self.address, timeout=timeout_s, auth=basic_auth(user))
+        self.http = httpx.Client(
+            base_url=self.address, timeout=timeout_s, auth=basic_auth(user), verify=client_ssl_context()
+        )
 
     def create_topic(self, name: str, queues: int | None = None, **fields: Any) -> dict[str, Any]:
         """Create a topic (or find it there with this configuration); BrokerError otherwise."""

@@ -31,6 +31,7 @@ from app.client.consumed import AT_END, MOVE_ON, ConsumedMessage, pull_params
 from app.client.errors import BrokerError, WharfClientError, raise_for_envelope
 from app.client.routes import MessageQueue, ReadTarget
 from app.codec import RECORDS_MEDIA_TYPE, decode_records
+from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class AsyncConsumer(AsyncHttpOwner):
             timeout=timeout_s + max_wait_ms / 1000,
             auth=basic_auth(user),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            verify=client_ssl_context(),
         )
         self.routes = AsyncRouteCache(self.http, bootstrap_list(bootstrap))
         self._cache: asyncio.Queue[ConsumedMessage] = asyncio.Queue()

@@ -50,6 +50,7 @@ from app.client.outgoing import OutgoingMessage, SendResult, results_of, send_re
 from app.client.routes import MessageQueue, TopicRoute
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.sharding import queue_for_key
+from app.tls import client_ssl_context
 
 
 class AsyncProducer(AsyncHttpOwner):
@@ -81,6 +82,7 @@ class AsyncProducer(AsyncHttpOwner):
             timeout=timeout_s,
             auth=basic_auth(user),
             limits=httpx.Limits(max_keepalive_connections=max(20, max_in_flight)),
+            verify=client_ssl_context(),
         )
         self.routes = AsyncRouteCache(self.http, bootstrap_list(bootstrap), route_ttl_s, clock)
         self.retries = retries

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
@@ -42,6 +43,7 @@ from app.client.consumed import ConsumedMessage
 from app.client.errors import BrokerError, WharfClientError
 from app.client.routes import MessageQueue
 from app.codec import decode_records
+from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +124,10 @@ class AsyncSubscriber:
         self.user = user
         self._headers = authorization_headers(user)
         self._sockets: list[_Socket] = []
-        self._cache: asyncio.Queue[_Delivery] = asyncio.Queue()
+        self._cache: deque[_Delivery] = deque()
+        self._delivered = asyncio.Event()  # set when a frame adds to the cache, or a socket fails
         self._in_hand: _Delivery | None = None
+        self._in_hand_batch: list[_Delivery] = []  # the rest of a poll_batch's messages
         self._commits = asyncio.Event()  # set on every committed or assignment frame
         self._failure: Exception | None = None
         self._closed = False
@@ -132,7 +136,9 @@ class AsyncSubscriber:
 
     async def start(self) -> AsyncSubscriber:
         """Open a socket to every broker with a queue to read; returns once each has its assignment."""
-        async with httpx.AsyncClient(timeout=self.timeout_s, auth=basic_auth(self.user)) as http:
+        async with httpx.AsyncClient(
+            timeout=self.timeout_s, auth=basic_auth(self.user), verify=client_ssl_context()
+        ) as http:
             route = await AsyncRouteCache(http, self.bootstrap).get(self.topic)
         brokers: dict[str, str] = {}
         for queue in route.read_queues:
@@ -207,20 +213,13 @@ class AsyncSubscriber:
         Raises the close of a socket the broker ended for good (BrokerError: refused, unknown topic)."""
         self._raise_failure()
         self._finish_in_hand()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        cache = self._cache
         while True:
-            if self._cache.empty():
-                # About to wait: give the brokers every ack and permit first.
-                for socket in self._sockets:
-                    await self._flush(socket)
-                try:
-                    delivery = await asyncio.wait_for(self._cache.get(), max(0.0, deadline - loop.time()))
-                except TimeoutError:
-                    self._raise_failure()
+            while not cache:
+                if not await self._wait_for_deliveries(deadline):
                     return None
-            else:
-                delivery = self._cache.get_nowait()
+            delivery = cache.popleft()
             socket, generation, consumed = delivery
             if generation != socket.generation:
                 continue  # delivered over a socket since closed: the broker sends it again
@@ -229,6 +228,46 @@ class AsyncSubscriber:
                 await self._flush(socket)
             self._in_hand = delivery
             return consumed
+
+    async def poll_batch(self, max_messages: int = 100, timeout_s: float = 1.0) -> list[ConsumedMessage]:
+        """Up to ``max_messages`` delivered messages (at least one, or none after ``timeout_s``):
+        the next one as :meth:`poll` gives it, then those already waiting. Asking again finishes
+        them all, and their credit goes back to the brokers as :meth:`poll` gives it back."""
+        first = await self.poll(timeout_s)
+        if first is None:
+            return []
+        batch = [first]
+        taken: list[_Delivery] = []
+        cache = self._cache
+        while len(batch) < max_messages and cache:
+            delivery = cache.popleft()
+            socket, generation, consumed = delivery
+            if generation != socket.generation:
+                continue  # delivered over a socket since closed: the broker sends it again
+            socket.spent += 1
+            taken.append(delivery)
+            batch.append(consumed)
+        self._in_hand_batch = taken
+        for socket in self._sockets:
+            if socket.owed() >= self.credit // 2:
+                await self._flush(socket)
+        return batch
+
+    async def _wait_for_deliveries(self, deadline: float) -> bool:
+        """Wait until a frame delivered messages; False at ``deadline``. Raises a socket's failure."""
+        # About to wait: give the brokers every ack and permit first.
+        for socket in self._sockets:
+            await self._flush(socket)
+        while not self._cache:
+            self._raise_failure()
+            self._delivered.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._delivered.wait()
+            except TimeoutError:
+                self._raise_failure()
+                return False
+        return True
 
     def __aiter__(self) -> AsyncSubscriber:
         return self
@@ -286,11 +325,12 @@ class AsyncSubscriber:
 
     def _finish_in_hand(self) -> None:
         delivery, self._in_hand = self._in_hand, None
+        batch, self._in_hand_batch = self._in_hand_batch, []
         if delivery is None or self.group is None:
             return
-        socket, generation, consumed = delivery
-        if generation == socket.generation:
-            socket.acks.setdefault(consumed.message.queue_id, []).append(consumed.message.queue_offset)
+        for socket, generation, consumed in (delivery, *batch):
+            if generation == socket.generation:
+                socket.acks.setdefault(consumed.message.queue_id, []).append(consumed.message.queue_offset)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -372,10 +412,12 @@ class AsyncSubscriber:
     def _take(self, socket: _Socket, frame: str | bytes) -> None:
         if isinstance(frame, bytes):
             generation = socket.generation
-            for record in decode_records(frame):
-                self._cache.put_nowait(
-                    (socket, generation, ConsumedMessage(record, socket.queue(record.queue_id)))
-                )
+            queue = socket.queue
+            self._cache.extend(
+                (socket, generation, ConsumedMessage(record, queue(record.queue_id)))
+                for record in decode_records(frame)
+            )
+            self._delivered.set()
             return
         parsed = orjson.loads(frame)
         kind = parsed.get("type")
@@ -392,6 +434,7 @@ class AsyncSubscriber:
         log.error("subscription to %s ended: %r", self.topic, error)
         if self._failure is None:
             self._failure = error
+        self._delivered.set()
 
 
 class _PassingClose(WharfClientError):

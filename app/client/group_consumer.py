@@ -40,6 +40,7 @@ from app.client.auth import User, basic_auth
 from app.client.closing import HttpOwner
 from app.client.errors import BrokerError, BrokerUnavailableError, raise_for_envelope
 from app.client.routes import RouteCache
+from app.tls import client_ssl_context
 
 NOT_A_MEMBER = 40407
 FENCED = 40904
@@ -88,7 +89,7 @@ class GroupConsumer(HttpOwner):
         if consume_timestamp_ms is not None:
             self.join_body["consume_timestamp_ms"] = consume_timestamp_ms
         self.timeout_s = timeout_s
-        self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
+        self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user), verify=client_ssl_context())
         self.routes = RouteCache(self.http, [bootstrap] if isinstance(bootstrap, str) else list(bootstrap))
         self.generations: dict[str, int] = {}  # broker address -> generation of its last answer
         self.assignments: dict[str, list[dict[str, Any]]] = {}

@@ -20,6 +20,7 @@ from app.client.closing import HttpOwner
 from app.client.errors import BrokerError, BrokerUnavailableError, raise_for_envelope
 from app.client.routes import TopicRoute, fetch_route
 from app.codec import RECORDS_MEDIA_TYPE
+from app.tls import client_ssl_context
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 
@@ -51,7 +52,7 @@ class QueueClient(HttpOwner):
         self, *, timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.2, user: User | None = None
     ) -> None:
         """``user``: ``"accessKey:secretKey"`` (or a pair) for brokers with an ACL."""
-        self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user))
+        self.http = httpx.Client(timeout=timeout_s, auth=basic_auth(user), verify=client_ssl_context())
         self.retries = retries
         self.backoff_s = backoff_s
         # A broker's address -> the other brokers of its name (its master, its slaves), which are

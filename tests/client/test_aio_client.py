@@ -506,6 +506,41 @@ def test_a_subscriber_reads_binary_records_and_its_group_resumes_after_what_it_a
     assert sorted(message.body for message in rest) == bodies[6:]
 
 
+def test_a_subscriber_hands_out_batches_within_its_credit_and_acknowledges_each_whole_batch(
+    broker: BrokerProcess,
+) -> None:
+    """Credit 4 against batches of up to 8: the credit each whole batch gives back lets the broker
+    send its next frame of 4 (credit given back for the first message alone would leave frames of
+    one). Closing after the last batch acknowledges all of it, so the group's next subscriber gets
+    only what came later."""
+    topic = new_topic(broker, 1)
+    bodies = [f"b{i}".encode() for i in range(30)]
+
+    async def scenario() -> tuple[list[bytes], list[bytes], int]:
+        async with AsyncProducer(broker.url) as producer:
+            await producer.send_batch(topic, [OutgoingMessage(body) for body in bodies[:25]])
+        taken: list[bytes] = []
+        batches = 0
+        async with AsyncSubscriber(broker.url, topic, "batches", start="first", credit=4) as subscriber:
+            while len(taken) < 25:
+                batch = await subscriber.poll_batch(8, timeout_s=20.0)
+                assert 1 <= len(batch) <= 4, batch
+                taken += [message.body for message in batch]
+                batches += 1
+            await subscriber.commit()
+        async with AsyncProducer(broker.url) as producer:
+            await producer.send_batch(topic, [OutgoingMessage(body) for body in bodies[25:]])
+        async with AsyncSubscriber(broker.url, topic, "batches") as subscriber:
+            later = [message.body for message in await take(subscriber.poll, 5)]
+            assert await subscriber.poll_batch(8, timeout_s=0.3) == []
+        return taken, later, batches
+
+    taken, later, batches = run(scenario())
+    assert taken == bodies[:25]
+    assert batches <= 10, batches  # 7 frames of 4 (and one of 1), not 22 of 1
+    assert later == bodies[25:]
+
+
 @pytest.mark.parametrize("credit", [4, 64])
 def test_a_subscriber_keeps_reading_past_its_credit_and_the_unacked_limit(
     broker: BrokerProcess, credit: int
@@ -599,7 +634,7 @@ def test_a_subscriber_opens_its_socket_again_after_the_broker_restarts(
                     await producer.send_batch(topic, [OutgoingMessage(body) for body in before])
                 taken = await take(subscriber.poll, 2)
                 await subscriber.commit()  # b0 and b1; b2-b4 wait in the subscriber, unacknowledged
-                assert subscriber._cache.qsize() == 3
+                assert len(subscriber._cache) == 3
                 await asyncio.to_thread(process.stop)  # closes the socket with 1001
                 await asyncio.to_thread(process.start)
                 async with AsyncProducer(process.url) as producer:
