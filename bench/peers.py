@@ -53,7 +53,7 @@ import redis.asyncio as aioredis
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from websockets.asyncio.client import connect
 
-from app.client import AsyncConsumer, AsyncProducer, OutgoingMessage
+from app.client import AsyncProducer, AsyncSubscriber, OutgoingMessage
 from app.codec import (
     IncomingMessage,
     encode_batch,
@@ -301,16 +301,21 @@ class NatsLane(Lane):
 
 
 class WharfLane(Lane):
-    """Wharf over HTTP: binary batches and records through the asyncio client (``AsyncProducer``,
-    ``AsyncConsumer``), or JSON both ways as curl and browsers send it."""
+    """Wharf through its asyncio client's fastest path (``binary``: ``AsyncProducer`` over a produce
+    WebSocket, ``AsyncSubscriber`` with binary records), or JSON both ways as a browser sends and
+    reads it (``json``: HTTP batches, the JSON subscribe socket) or as curl does (``json-http``:
+    HTTP batches, JSON pulls)."""
 
-    def __init__(self, broker: BrokerProcess, binary: bool) -> None:
+    def __init__(self, broker: BrokerProcess, kind: str) -> None:
         self.url = broker.url
         self.base = broker.url.replace("http://", "ws://", 1)
-        self.binary = binary
-        self.name = "Wharf binary" if binary else "Wharf JSON"
+        self.kind = kind
+        self.binary = kind == "binary"
+        self.name = {"binary": "Wharf binary", "json": "Wharf JSON", "json-http": "Wharf JSON, HTTP pull"}[
+            kind
+        ]
         self.alias = self.name
-        self.note = "ASYNC flush, a topic of 1 queue" + (", base64 bodies" if not binary else "")
+        self.note = "ASYNC flush, a topic of 1 queue" + (", base64 bodies" if not self.binary else "")
         assert broker.process is not None
         self.pid = broker.process.pid
 
@@ -347,8 +352,10 @@ class WharfLane(Lane):
         assert len(results) == size and all(result["status"] == "SEND_OK" for result in results), results
 
     async def consume(self, stream: str, count: int) -> int:
-        if self.binary:
+        if self.kind == "binary":
             return await self._consume_with_client(stream, count)
+        if self.kind == "json":
+            return await self._consume_json_socket(stream, count)
         url = f"/v1/topics/{stream}/queues/0/messages"
         received = size = offset = 0
         while received < count:
@@ -365,19 +372,39 @@ class WharfLane(Lane):
         return size
 
     async def _consume_with_client(self, stream: str, count: int) -> int:
-        """Read the stream from its start with an AsyncConsumer (``poll_batch``): binary records,
-        decoded by the kernel."""
-        size = 0
-        consumer = AsyncConsumer(
-            self.url, stream, f"{stream}-reader", batch_size=BATCH, start="first", auto_commit=False
-        )
-        received = 0
-        async with consumer:
+        """Read the stream from its start with an AsyncSubscriber (``poll_batch``) holding a window
+        of 100: binary records, decoded by the compiled kernel."""
+        size = received = 0
+        async with AsyncSubscriber(
+            self.url, stream, start="first", credit=BATCH, timeout_s=TIMEOUT_S
+        ) as reader:
             while received < count:
-                batch = await consumer.poll_batch(BATCH, TIMEOUT_S)
+                batch = await reader.poll_batch(BATCH, TIMEOUT_S)
                 assert batch, f"{stream} ends after {received} of {count}"
                 received += len(batch)
                 size += sum(len(message.body) for message in batch)
+        return size
+
+    async def _consume_json_socket(self, stream: str, count: int) -> int:
+        """Read the stream from its start through the JSON subscribe socket, as the browser
+        console does, within a window of 100 (a permit for every 50 taken); each body base64-decoded."""
+        url = f"{self.base}/v1/ws/subscribe?topic={stream}&from=first&credit={BATCH}"
+        received = size = owed = 0
+        async with connect(url, max_size=None, compression=None) as socket:
+            first = orjson.loads(await socket.recv(decode=False))
+            assert first["type"] == "assignment", first
+            while received < count:
+                frame = orjson.loads(await socket.recv(decode=False))
+                assert frame["type"] == "messages", frame
+                for message in frame["messages"]:
+                    assert message["encoding"] == "base64", message["encoding"]
+                    size += len(base64.b64decode(message["body"]))
+                got = len(frame["messages"])
+                received += got
+                owed += got
+                if owed >= BATCH // 2:
+                    await socket.send(b'{"type":"permit","n":%d}' % owed, text=True)
+                    owed = 0
         return size
 
     async def latency(self, stream: str, samples: int) -> list[float]:
@@ -618,15 +645,13 @@ def main(argv: list[str] | None = None) -> int:
             if "nats" in systems and "nats" not in skipped:
                 lanes.append(NatsLane(args.nats))
             if "wharf" in systems:
-                lanes += [WharfLane(broker, binary=True), WharfLane(broker, binary=False)]
+                lanes += [WharfLane(broker, kind) for kind in ("binary", "json", "json-http")]
             bench = Bench(plan, lanes)
 
             def run(section: str) -> list[Result]:
                 if section == "latency":
                     # One latency row for Wharf: its binary WebSocket path.
-                    bench.lanes = [
-                        lane for lane in lanes if not (isinstance(lane, WharfLane) and not lane.binary)
-                    ]
+                    bench.lanes = [lane for lane in lanes if not isinstance(lane, WharfLane) or lane.binary]
                 else:
                     bench.lanes = lanes
                 return asyncio.run(bench.opened(getattr(bench, section)))
