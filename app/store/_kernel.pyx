@@ -13,6 +13,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyOb
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_Check
+from cpython.sequence cimport PySequence_GetSlice
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport (
     PyUnicode_AsUTF8AndSize,
@@ -850,9 +851,6 @@ def record_is(buf, bytes topic, queue_id, queue_offset, physical_offset):
     """Whether ``buf`` is exactly the message record of that topic, queue and queue offset, stored
     at ``physical_offset`` (the Python twin's answer, for the same arguments)."""
     cdef Py_buffer view
-    cdef const uint8_t* record
-    cdef Py_ssize_t size, topic_at, topic_length = len(topic)
-    cdef int32_t body_length
     cdef int64_t wanted_queue_id, wanted_queue_offset, wanted_offset
     if type(queue_id) is not int or type(queue_offset) is not int or type(physical_offset) is not int:
         return _python_record_is(buf, topic, queue_id, queue_offset, physical_offset)
@@ -864,25 +862,87 @@ def record_is(buf, bytes topic, queue_id, queue_offset, physical_offset):
         return False  # no stored field holds such a number
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        record = <const uint8_t*>view.buf
-        size = view.len
-        if size < FIXED_SIZE:
-            return False
-        if (
-            read_i32(record) != size
-            or read_i32(record + 4) != MESSAGE_MAGIC_CODE
-            or read_i32(record + POS_QUEUEID) != wanted_queue_id
-            or read_i64(record + POS_QUEUEOFFSET) != wanted_queue_offset
-            or read_i64(record + POS_PHYSICALOFFSET) != wanted_offset
-        ):
-            return False
-        body_length = read_i32(record + POS_BODYLENGTH)
-        topic_at = POS_BODY + <Py_ssize_t>body_length
-        if body_length < 0 or topic_at + 1 + topic_length > size or record[topic_at] != topic_length:
-            return False
-        return memcmp(record + topic_at + 1, <const char*>topic, topic_length) == 0
+        return is_record(<const uint8_t*>view.buf, view.len, topic, wanted_queue_id, wanted_queue_offset, wanted_offset)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef bint is_record(
+    const uint8_t* record, Py_ssize_t size, bytes topic, int64_t queue_id, int64_t queue_offset, int64_t physical_offset
+) noexcept:
+    cdef Py_ssize_t topic_at, topic_length = len(topic)
+    cdef int32_t body_length
+    if size < FIXED_SIZE:
+        return False
+    if (
+        read_i32(record) != size
+        or read_i32(record + 4) != MESSAGE_MAGIC_CODE
+        or read_i32(record + POS_QUEUEID) != queue_id
+        or read_i64(record + POS_QUEUEOFFSET) != queue_offset
+        or read_i64(record + POS_PHYSICALOFFSET) != physical_offset
+    ):
+        return False
+    body_length = read_i32(record + POS_BODYLENGTH)
+    topic_at = POS_BODY + <Py_ssize_t>body_length
+    if body_length < 0 or topic_at + 1 + topic_length > size or record[topic_at] != topic_length:
+        return False
+    return memcmp(record + topic_at + 1, <const char*>topic, topic_length) == 0
+
+
+def collect_records(
+    entries,
+    Py_ssize_t at,
+    segment,
+    int64_t segment_from,
+    int64_t readable,
+    int64_t commitlog_min,
+    bytes topic,
+    int32_t queue_id,
+    int64_t base_offset,
+    Py_ssize_t max_messages,
+    int64_t max_bytes,
+    list records,
+    list queue_offsets,
+    int64_t total,
+):
+    """app.store.commit_log.python_collect_records, compiled: the same slices, offsets and answer."""
+    cdef Py_buffer entry_view, segment_view
+    cdef const uint8_t* entry
+    cdef Py_ssize_t count, index = at, taken = len(records)
+    cdef int64_t physical, position, limit
+    cdef int32_t size
+    PyObject_GetBuffer(entries, &entry_view, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(segment, &segment_view, PyBUF_SIMPLE)
+        try:
+            count = entry_view.len // CQ_UNIT_SIZE
+            limit = readable if readable < segment_view.len else segment_view.len
+            while index < count:
+                entry = <const uint8_t*>entry_view.buf + index * CQ_UNIT_SIZE
+                physical = read_i64(entry)
+                size = read_i32(entry + 8)
+                if taken and (taken >= max_messages or total + size > max_bytes):
+                    break
+                if size <= 0 or physical < commitlog_min:
+                    index += 1
+                    continue
+                position = physical - segment_from
+                if position < 0 or position + size > limit:
+                    break
+                if not is_record(
+                    <const uint8_t*>segment_view.buf + position, size, topic, queue_id, base_offset + index, physical
+                ):
+                    break
+                records.append(PySequence_GetSlice(segment, position, position + size))
+                queue_offsets.append(base_offset + index)
+                total += size
+                taken += 1
+                index += 1
+        finally:
+            PyBuffer_Release(&segment_view)
+    finally:
+        PyBuffer_Release(&entry_view)
+    return index, total
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ next segment is normally ready already (:class:`app.store.allocate.AllocateSegme
 from __future__ import annotations
 
 import mmap
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,7 +25,7 @@ from app.store.errors import MessageTooLargeError, StoreClosedError
 from app.store.kernel import compiled
 from app.store.mapped_file import MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
-from app.store.record import CheckedRecord, check_record, message_size, store_timestamp
+from app.store.record import CheckedRecord, check_record, message_size, record_is, store_timestamp
 from app.store.record_format import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
@@ -42,6 +43,7 @@ from app.store.record_format import (
 from app.store.results import AppendResult, PutStatus
 
 PUT_OK = PutStatus.PUT_OK
+ENTRY_OFFSET = struct.Struct(">q")  # the CommitLog offset that leads a ConsumeQueue entry
 
 # (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys, uniq_key)
 Dispatch = Callable[[str, int, int, int, int, int, int, str, str], None]
@@ -116,6 +118,58 @@ write_records = python_write_records
 if compiled is not None:
     compiled.bind_writer(AppendResult, PUT_OK)
     write_records = compiled.write_records
+
+
+def python_collect_records(
+    entries: bytes | memoryview,
+    at: int,
+    segment: memoryview,
+    segment_from: int,
+    readable: int,
+    commitlog_min: int,
+    topic: bytes,
+    queue_id: int,
+    base_offset: int,
+    max_messages: int,
+    max_bytes: int,
+    records: list[memoryview],
+    queue_offsets: list[int],
+    total: int,
+) -> tuple[int, int]:
+    """Take the records that ConsumeQueue ``entries`` (entry ``i`` is queue offset ``base_offset +
+    i``) name from entry ``at`` on, as long as each lies in one CommitLog segment: ``segment``, its
+    mapping, begins at CommitLog offset ``segment_from`` and holds ``readable`` written bytes.
+    Appends each record's slice of ``segment`` to ``records`` and its queue offset to
+    ``queue_offsets`` and adds its size to ``total``, as :meth:`MessageReader.get_message` reads:
+    an entry of no size or before ``commitlog_min`` is passed over, and nothing more is taken once
+    ``records`` holds ``max_messages`` or the next record would bring ``total`` past ``max_bytes``.
+    Stops at an entry it cannot decide alone: a record outside the segment, or one that is not the
+    message its entry names (:func:`record_is`). Returns (the index of the first entry not passed,
+    ``total``). The pure-Python twin of the kernel's loop."""
+    index = at
+    count = len(entries) // UNIT.size
+    limit = min(readable, len(segment))
+    while index < count:
+        physical, size, _tags_code = UNIT.unpack_from(entries, index * UNIT.size)
+        if records and (len(records) >= max_messages or total + size > max_bytes):
+            break
+        if size <= 0 or physical < commitlog_min:
+            index += 1
+            continue
+        position = physical - segment_from
+        if position < 0 or position + size > limit:
+            break
+        data = segment[position : position + size]
+        if not record_is(data, topic, queue_id, base_offset + index, physical):
+            break
+        records.append(data)
+        queue_offsets.append(base_offset + index)
+        total += size
+        index += 1
+    return index, total
+
+
+collect_records = python_collect_records if compiled is None else compiled.collect_records
 
 
 def skips_consume_queue(sysflag: int) -> bool:
@@ -363,6 +417,48 @@ class CommitLog:
             return mapped.slice(position, size)
         except ValueError:  # destroyed by force under a stuck reader
             return None
+        finally:
+            mapped.release()
+
+    def collect(
+        self,
+        entries: bytes | memoryview,
+        at: int,
+        commitlog_min: int,
+        topic: bytes,
+        queue_id: int,
+        base_offset: int,
+        max_messages: int,
+        max_bytes: int,
+        records: list[memoryview],
+        queue_offsets: list[int],
+        total: int,
+    ) -> tuple[int, int]:
+        """:func:`collect_records` within the segment that holds the record of entry ``at``
+        (held meanwhile, as :meth:`read` holds it); entry ``at`` itself when that is gone."""
+        (physical_offset,) = ENTRY_OFFSET.unpack_from(entries, at * UNIT.size)
+        mapped = self.files.find(physical_offset)
+        if mapped is None or not mapped.hold():
+            return at, total
+        try:
+            return collect_records(
+                entries,
+                at,
+                mapped.view,
+                mapped.file_from_offset,
+                mapped.wrote_position,
+                commitlog_min,
+                topic,
+                queue_id,
+                base_offset,
+                max_messages,
+                max_bytes,
+                records,
+                queue_offsets,
+                total,
+            )
+        except ValueError:  # destroyed by force under a stuck reader
+            return at, total
         finally:
             mapped.release()
 

@@ -3,11 +3,12 @@
 Each kernel function has a pure-Python twin beside the code that uses it, with identical results
 byte for byte (tests/kernel checks it): ``app.store.record_format.encode_record``,
 ``app.store.record.check_record`` and ``record_is``, ``app.codec.messages_json`` and
-``decode_records``, ``app.store.commit_log.write_records`` and
-``app.store.index_file.IndexFile.index_messages`` take the compiled function when :data:`compiled`
-is loaded and the twin otherwise. ``encode_batch`` (a plain binary batch into records,
-``app.broker.plain``) has the broker's general produce path as its twin. Which one runs is logged once, here. ``WHARF_KERNEL=python`` chooses the twins even when
-the extension is there.
+``decode_records``, ``app.store.commit_log.write_records`` and ``collect_records`` (a pull's
+records within one segment), and ``app.store.index_file.IndexFile.index_messages`` take the
+compiled function when :data:`compiled` is loaded and the twin otherwise. ``encode_batch`` (a plain
+binary batch into records, ``app.broker.plain``) has the broker's general produce path as its
+twin. Which one runs is logged once, here. ``WHARF_KERNEL=python`` chooses the twins even when the
+extension is there.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 :meth:`MessageReader.get_message` checks every record a queue entry points at
 (:func:`app.store.record.record_is`) and skips an entry that does not name its message: one left
-behind by a crash in a damaged store. The skip is logged once per queue.
+behind by a crash in a damaged store. The skip is logged once per queue. Without a filter, each
+run of entries whose records lie in one CommitLog segment is read by one call
+(:meth:`CommitLog.collect`, compiled); an entry that call leaves is read on its own.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from app.store.commit_log import CommitLog
+from app.store.commit_log import ENTRY_OFFSET, CommitLog
 from app.store.config import StoreConfig
 from app.store.consume_queue import UNIT
 from app.store.filter import MessageFilter
@@ -96,7 +98,6 @@ class MessageReader:
         next_offset = offset
         codes = message_filter.codes if message_filter is not None else None
         topic_bytes = topic.encode()
-        last_physical = 0
         raw = queue.entries(offset, scan_entries)
         if raw is None or (len(raw) >= UNIT.size and UNIT.unpack_from(raw)[0] < commitlog_min):
             # Retention deleted what this offset names since min_offset was read: never read it.
@@ -106,11 +107,31 @@ class MessageReader:
                     GetMessageStatus.OFFSET_TOO_SMALL, queue.min_offset, queue.min_offset, queue.max_offset
                 )
         if raw is not None:
-            for physical_offset, size, tags_code in UNIT.iter_unpack(raw):
+            count = len(raw) // UNIT.size
+            index = 0
+            while index < count:
+                if message_filter is None:
+                    # Whole runs of one segment in one call; what it leaves is read one by one.
+                    index, total = commitlog.collect(
+                        raw,
+                        index,
+                        commitlog_min,
+                        topic_bytes,
+                        queue_id,
+                        offset,
+                        max_messages,
+                        max_bytes,
+                        records,
+                        queue_offsets,
+                        total,
+                    )
+                    if index == count:
+                        break
+                physical_offset, size, tags_code = UNIT.unpack_from(raw, index * UNIT.size)
                 if records and (len(records) >= max_messages or total + size > max_bytes):
                     break
-                current = next_offset
-                next_offset += 1
+                current = offset + index
+                index += 1
                 if size <= 0 or physical_offset < commitlog_min:
                     continue
                 if codes is not None and tags_code not in codes:
@@ -126,7 +147,7 @@ class MessageReader:
                 records.append(data)
                 queue_offsets.append(current)
                 total += size
-                last_physical = physical_offset
+            next_offset = offset + index
         if not records:
             return GetMessageResult(
                 GetMessageStatus.NO_MATCHED_MESSAGE,
@@ -136,6 +157,8 @@ class MessageReader:
                 records,
                 queue_offsets,
             )
+        assert raw is not None  # the records came from its entries
+        (last_physical,) = ENTRY_OFFSET.unpack_from(raw, (queue_offsets[-1] - offset) * UNIT.size)
         return GetMessageResult(
             GetMessageStatus.FOUND,
             next_offset,

@@ -635,3 +635,101 @@ def test_the_digest_tables_remember_records_and_find_ids_alike(
     for unique_id in ("a", "b", "c", "é"):
         d = hash(("orders", unique_id)) | idempotency.DIGEST_SIGN
         assert table.find(d) == twin.find(d)
+
+
+ENTRY = struct.Struct(">qiq")
+
+
+@st.composite
+def queue_reads(draw: st.DrawFn) -> tuple[bytes, bytes, int, int]:
+    """A segment of records of three queues laid out by the writer, and the ConsumeQueue entries
+    of queue ("orders", 0) as a crash or retention can leave them: entries of no size, entries
+    before the CommitLog's start, entries pointing at another queue's record, at the wrong offset,
+    past the written bytes or outside the segment. Returns (segment, entries, the segment's
+    CommitLog offset, the first entry's queue offset)."""
+    records = [
+        record_format.python_encode_record(
+            Message("orders", draw(st.binary(min_size=1, max_size=200)), draw(st.sampled_from([0, 0, 0, 1]))),
+            HOST,
+            7,
+            Limits(),
+        )
+        for _ in range(draw(st.integers(1, 14)))
+    ]
+    base = 1 << 20
+    mm = mmap.mmap(-1, 4096)
+    results: list[AppendResult] = []
+    commit_log.python_write_records(mm, 0, 4096, base, records, 0, 1_700_000_000_000, {}, HOST, results, {})
+    segment = bytes(mm)
+    mm.close()
+    placed = [result for result in results if result.queue_id == 0]
+    entries = []
+    for result in placed:
+        physical, size = result.physical_offset, result.size
+        shape = draw(st.sampled_from(["true"] * 24 + ["empty", "early", "other", "shifted", "far", "beyond"]))
+        if shape == "empty":
+            size = draw(st.sampled_from([0, -1]))
+        elif shape == "early":
+            physical = base - draw(st.integers(1, 200))
+        elif shape == "other":
+            physical = draw(st.sampled_from(results)).physical_offset
+        elif shape == "shifted":
+            physical += draw(st.sampled_from([-1, 1]))
+        elif shape == "far":
+            physical = base + 4096 + draw(st.integers(0, 100))
+        elif shape == "beyond":
+            size += draw(st.integers(1, 5000))
+        entries.append(ENTRY.pack(physical, size, 0))
+    return segment, b"".join(entries), base, placed[0].queue_offset if placed else 0
+
+
+@needs_extension
+@settings(max_examples=1000, deadline=None)
+@given(
+    queue_reads(),
+    st.integers(0, 16).map(lambda at: at if at > 12 else at // 6),
+    st.one_of(st.just(4096), st.integers(0, 4096)),
+    st.integers(1, 16),
+    # Negative: exactly the bytes of the records named by that many entries from ``at``.
+    st.one_of(st.just(1 << 20), st.integers(0, 3000), st.integers(-5, -1)),
+    st.integers(0, 2),
+    st.sampled_from([b"orders", b"orders", b"orders", b"order", b"t%1"]),
+)
+def test_collect_records_matches_its_python_twin(
+    read: tuple[bytes, bytes, int, int],
+    at: int,
+    readable: int,
+    max_messages: int,
+    max_bytes: int,
+    already: int,
+    topic: bytes,
+) -> None:
+    """The same slices, queue offsets, total and stopping entry, from any entry, with any part of
+    the segment written, limits of messages and bytes, and records already taken."""
+    segment, entries, base, first_offset = read
+    if max_bytes < 0:
+        sizes = [size for _, size, _ in ENTRY.iter_unpack(entries)][at : at - max_bytes]
+        max_bytes = 10 * already + sum(size for size in sizes if size > 0)
+    answers = []
+    for collect in (commit_log.python_collect_records, compiled.collect_records):
+        records: list[memoryview] = [memoryview(b"x" * 10)] * already
+        queue_offsets = [-1] * already
+        answer = collect(
+            entries,
+            at,
+            memoryview(segment),
+            base,
+            readable,
+            base,
+            topic,
+            0,
+            first_offset,
+            max_messages,
+            max_bytes,
+            records,
+            queue_offsets,
+            10 * already,
+        )
+        answers.append((answer, [bytes(record) for record in records], queue_offsets))
+    assert answers[0] == answers[1]
+    assert commit_log.collect_records is compiled.collect_records
