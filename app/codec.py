@@ -20,7 +20,6 @@ copies the bytes once and encodes nothing, which makes it the cheapest way to re
 
 from __future__ import annotations
 
-import base64
 import binascii
 import re
 import struct
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
+import pybase64
 
 from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
 from app.store.kernel import compiled
@@ -126,7 +126,8 @@ def decode_body(body: str, encoding: str) -> bytes:
     if encoding == "utf8":
         return body.encode()
     try:
-        return base64.b64decode(body, validate=True)
+        # pybase64: the standard library's answers (tests/api/test_wire.py), 5 times faster.
+        return pybase64.b64decode(body, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise BodyEncodingError(f"body is not valid base64: {exc}") from None
 
@@ -136,7 +137,7 @@ def encode_body(body: bytes | memoryview) -> tuple[str, str]:
     try:
         return str(body, "utf-8"), "utf8"
     except UnicodeDecodeError:
-        return base64.b64encode(body).decode("ascii"), "base64"
+        return pybase64.b64encode(body).decode("ascii"), "base64"
 
 
 def record_to_json(record: memoryview | bytes) -> dict[str, Any]:

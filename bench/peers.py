@@ -412,7 +412,10 @@ class WharfLane(Lane):
         subscribe_url = f"{self.base}/v1/ws/subscribe?topic={stream}&from=first&format=binary&credit={window}"
         produce_url = f"{self.base}/v1/ws/produce?topic={stream}&format=binary"
         arrivals: asyncio.Queue[float] = asyncio.Queue()
-        async with connect(subscribe_url, max_size=None) as subscriber, connect(produce_url) as producer:
+        async with (
+            connect(subscribe_url, max_size=None, compression=None) as subscriber,
+            connect(produce_url, compression=None) as producer,
+        ):
             first = orjson.loads(await subscriber.recv())
             assert first["type"] == "assignment", first
 

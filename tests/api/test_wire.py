@@ -4,6 +4,8 @@ input is refused with the field named."""
 
 from __future__ import annotations
 
+import base64 as stdlib_base64
+import binascii
 from typing import Any
 
 import msgspec
@@ -15,6 +17,7 @@ from pydantic import ValidationError
 from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import MessageIn, ProduceRequest
 from app.api.wire import WireBatch, WireMessage, batch_of, message_of, messages_of, ndjson_line
+from app.codec import BodyEncodingError, decode_body, encode_body
 
 LIMITS = ("maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "maxItems", "minItems")
 
@@ -201,3 +204,39 @@ def test_a_batch_decoded_straight_from_its_bytes_is_the_batch_messages_of_gives(
 )
 def test_what_the_dict_path_must_refuse_is_left_to_it(raw: bytes) -> None:
     assert batch_of(raw) is None
+
+
+# Base64 as clients send it, and as they get it wrong: the alphabet, padding anywhere, the URL-safe
+# alphabet, whitespace, other ASCII and characters beyond ASCII.
+base64_texts = st.one_of(
+    st.binary(max_size=64).map(lambda raw: stdlib_base64.b64encode(raw).decode()),
+    st.text(
+        alphabet=st.sampled_from(list("AZaz09+/=") + ["-", "_", " ", "\n", "!", "é", "\x00"]), max_size=24
+    ),
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(base64_texts)
+def test_a_base64_body_decodes_as_the_standard_library_decodes_it(text: str) -> None:
+    """The broker's base64 decoder (pybase64) accepts exactly what the standard library's strict
+    decoder accepts, with the same bytes, and refuses the rest as a body encoding error."""
+    try:
+        expected: bytes | None = stdlib_base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        expected = None
+    if expected is None:
+        with pytest.raises(BodyEncodingError):
+            decode_body(text, "base64")
+    else:
+        assert decode_body(text, "base64") == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300))
+def test_a_body_that_is_not_utf8_encodes_as_the_standard_library_encodes_it(raw: bytes) -> None:
+    text, encoding = encode_body(raw)
+    if encoding == "base64":
+        assert text == stdlib_base64.b64encode(raw).decode()
+    else:
+        assert text.encode() == raw

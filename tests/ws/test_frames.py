@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
+from app.api.ws import frames
 from app.api.ws.frames import messages_frame
 from app.store import Message
 from app.store.record_format import OFFSETS, POS_QUEUEOFFSET, Limits, encode_host, encode_record
@@ -29,3 +31,21 @@ def test_a_message_of_a_retry_topic_names_its_original_topic_and_the_retry_topic
     assert (count, decoded["topic"]) == (3, "%RETRY%billing")
     shown = [(message["topic"], message.get("retry_topic")) for message in decoded["messages"]]
     assert shown == [("orders", "%RETRY%billing"), ("orders", None), ("%RETRY%billing", None)]
+
+
+def test_a_frame_of_every_record_at_once_is_the_frame_the_record_by_record_cut_makes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The frame encodes all the records in one call when they fit the room; at every room, from
+    one that holds a single record to one that holds them all, it is byte for byte the frame
+    the record-by-record cut makes (the only way when they do not fit)."""
+    records = [record("orders", {"TAGS": "t" * n}) for n in range(6)]
+    whole = len(messages_frame("orders", 3, records, 1 << 20)[0])
+    rooms = range(1, whole + 4)
+    at_once = [messages_frame("orders", 3, records, room) for room in rooms]
+    every = orjson.loads(frames.messages_json(records, True))
+    monkeypatch.setattr(frames, "messages_json", lambda *_: b"x" * (1 << 21))
+    one_by_one = [messages_frame("orders", 3, records, room) for room in rooms]
+    assert at_once == one_by_one
+    assert {count for _, count in at_once} == set(range(1, 7))
+    assert orjson.loads(at_once[-1][0])["messages"] == every

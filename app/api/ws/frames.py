@@ -8,7 +8,7 @@ import struct
 
 import orjson
 
-from app.codec import message_json
+from app.codec import message_json, messages_json
 from app.store.record_format import POS_RECONSUMETIMES
 
 _RECONSUME_TIMES = struct.Struct(">i")
@@ -17,7 +17,11 @@ _RECONSUME_TIMES = struct.Struct(">i")
 def messages_frame(topic: str, queue_id: int, records: list[memoryview], room: int) -> tuple[bytes, int]:
     """A ``messages`` frame of the first records that fit ``room`` bytes (at least one), and how
     many it holds. The rest are read again later: they were not delivered."""
-    head = b'{"type":"messages","topic":%b,"queue_id":%d,"messages":[' % (orjson.dumps(topic), queue_id)
+    head = b'{"type":"messages","topic":%b,"queue_id":%d,"messages":' % (orjson.dumps(topic), queue_id)
+    every = messages_json(records, True)  # all of them in one call: they usually fit
+    if len(head) + len(every) + 2 <= room:  # the room the loop below would count for them all
+        return head + every + b"}", len(records)
+    head += b"["
     size = len(head) + 2
     parts: list[bytes] = []
     for record in records:
