@@ -14,15 +14,19 @@ that does not answer is skipped with the reason. Wharf is a broker process start
 system writes and reads one ordered log.
 
 * ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
-  batch of 100 at a time, messages/s. Redis: pipelines of 100 ``XADD`` (not transactions), then
-  ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async`` awaited together per
-  batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf binary: binary batches
-  (``application/vnd.wharf.batch``) sent by the asyncio client's ``AsyncProducer`` with
-  ``pipeline=True`` (4 batches unanswered on one produce WebSocket: the one queue keeps its order), then read by its ``AsyncConsumer`` (long polls with
-  ``Accept: application/vnd.wharf.records``, every record decoded by the compiled kernel). Wharf JSON:
-  ``{"messages": [...]}`` with base64 bodies, then JSON pulls with the bodies decoded. Every reader
-  checks it got every message and every byte. The broker process's CPU time per message (from
-  ``/proc/<pid>/stat``) is reported for each system whose process this machine shows.
+  batch (or window) of 100 at a time, messages/s. Redis: pipelines of 100 ``XADD`` (not
+  transactions), then ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async``
+  awaited together per batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf
+  binary: binary batches (``application/vnd.wharf.batch``) sent by the asyncio client's
+  ``AsyncProducer`` with ``pipeline=True`` (4 batches unanswered on one produce WebSocket: the one
+  queue keeps its order), then read by its ``AsyncSubscriber`` with a credit of 100 (a subscribe
+  socket with ``format=binary``; ``poll_batch``, every record decoded by the compiled kernel).
+  Wharf JSON: ``{"messages": [...]}`` with base64 bodies over HTTP, then the JSON subscribe socket
+  the browser console reads, with a credit of 100 (a permit for every 50 messages taken); "Wharf
+  JSON, HTTP pull" produces the same way and reads with JSON pulls of 100, as curl does. The JSON
+  lanes encode and decode bodies with pybase64. Every reader checks it got every message and every
+  byte. The broker process's CPU time per message (from ``/proc/<pid>/stat``) is reported for each
+  system whose process this machine shows.
 * ``latency``: one message at a time, from just before it is sent until the consumer has it:
   Redis ``XREAD BLOCK`` on a second connection, NATS an ordered push consumer, Wharf a binary
   WebSocket produce frame and a ``format=binary`` subscribe socket. p50 and p99 of each repeat.
@@ -35,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import os
 import secrets
 import statistics
@@ -49,6 +52,7 @@ from typing import Any, cast
 import httpx
 import nats
 import orjson
+import pybase64
 import redis.asyncio as aioredis
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from websockets.asyncio.client import connect
@@ -340,7 +344,7 @@ class WharfLane(Lane):
             assert len(results) == size and all(result.status == "SEND_OK" for result in results), results
             return
         messages = [
-            {"body": base64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
+            {"body": pybase64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
             for _ in range(size)
         ]
         content = orjson.dumps({"messages": messages})
@@ -364,7 +368,7 @@ class WharfLane(Lane):
             document = orjson.loads(answer.content)
             for message in document["messages"]:
                 assert message["encoding"] == "base64", message["encoding"]
-                size += len(base64.b64decode(message["body"]))
+                size += len(pybase64.b64decode(message["body"]))
             got = len(document["messages"])
             offset = document["next_offset"]
             assert got, f"{stream} ends after {received} of {count}"
@@ -398,7 +402,7 @@ class WharfLane(Lane):
                 assert frame["type"] == "messages", frame
                 for message in frame["messages"]:
                     assert message["encoding"] == "base64", message["encoding"]
-                    size += len(base64.b64decode(message["body"]))
+                    size += len(pybase64.b64decode(message["body"]))
                 got = len(frame["messages"])
                 received += got
                 owed += got
