@@ -92,6 +92,20 @@ class _Socket:
 _Delivery = tuple[_Socket, int, ConsumedMessage]  # the socket, its generation then, the message
 
 
+@dataclass(eq=False, slots=True)
+class _Frame:
+    """The messages of one binary frame, handed out from ``taken`` on."""
+
+    socket: _Socket
+    generation: int  # the socket's then: messages of an earlier connection are stale
+    messages: list[ConsumedMessage]
+    taken: int = 0
+
+    @property
+    def stale(self) -> bool:
+        return self.generation != self.socket.generation
+
+
 class AsyncSubscriber:
     """Subscribes to ``topic`` over WebSocket, as a member of ``group`` (shared queues, acks and
     commits) or, without one, alone and without acks. ``queue_ids`` reads just those queues."""
@@ -124,10 +138,11 @@ class AsyncSubscriber:
         self.user = user
         self._headers = authorization_headers(user)
         self._sockets: list[_Socket] = []
-        self._cache: deque[_Delivery] = deque()
+        self._cache: deque[_Frame] = deque()  # frames with messages not handed out yet
         self._delivered = asyncio.Event()  # set when a frame adds to the cache, or a socket fails
         self._in_hand: _Delivery | None = None
-        self._in_hand_batch: list[_Delivery] = []  # the rest of a poll_batch's messages
+        # The rest of a poll_batch's messages, per frame: (socket, generation, messages).
+        self._in_hand_batch: list[tuple[_Socket, int, list[ConsumedMessage]]] = []
         self._commits = asyncio.Event()  # set on every committed or assignment frame
         self._failure: Exception | None = None
         self._closed = False
@@ -219,14 +234,19 @@ class AsyncSubscriber:
             while not cache:
                 if not await self._wait_for_deliveries(deadline):
                     return None
-            delivery = cache.popleft()
-            socket, generation, consumed = delivery
-            if generation != socket.generation:
-                continue  # delivered over a socket since closed: the broker sends it again
+            frame = cache[0]
+            if frame.stale:
+                cache.popleft()  # delivered over a socket since closed: the broker sends it again
+                continue
+            consumed = frame.messages[frame.taken]
+            frame.taken += 1
+            if frame.taken == len(frame.messages):
+                cache.popleft()
+            socket = frame.socket
             socket.spent += 1
             if socket.owed() >= self.credit // 2:
                 await self._flush(socket)
-            self._in_hand = delivery
+            self._in_hand = (socket, frame.generation, consumed)
             return consumed
 
     async def poll_batch(self, max_messages: int = 100, timeout_s: float = 1.0) -> list[ConsumedMessage]:
@@ -237,16 +257,21 @@ class AsyncSubscriber:
         if first is None:
             return []
         batch = [first]
-        taken: list[_Delivery] = []
+        taken = []
         cache = self._cache
         while len(batch) < max_messages and cache:
-            delivery = cache.popleft()
-            socket, generation, consumed = delivery
-            if generation != socket.generation:
-                continue  # delivered over a socket since closed: the broker sends it again
-            socket.spent += 1
-            taken.append(delivery)
-            batch.append(consumed)
+            frame = cache[0]
+            if frame.stale:
+                cache.popleft()
+                continue
+            start = frame.taken
+            chunk = frame.messages[start : start + max_messages - len(batch)]
+            frame.taken = start + len(chunk)
+            if frame.taken == len(frame.messages):
+                cache.popleft()
+            frame.socket.spent += len(chunk)
+            batch += chunk
+            taken.append((frame.socket, frame.generation, chunk))
         self._in_hand_batch = taken
         for socket in self._sockets:
             if socket.owed() >= self.credit // 2:
@@ -328,9 +353,12 @@ class AsyncSubscriber:
         batch, self._in_hand_batch = self._in_hand_batch, []
         if delivery is None or self.group is None:
             return
-        for socket, generation, consumed in (delivery, *batch):
+        first_socket, first_generation, first = delivery
+        for socket, generation, messages in ((first_socket, first_generation, [first]), *batch):
             if generation == socket.generation:
-                socket.acks.setdefault(consumed.message.queue_id, []).append(consumed.message.queue_offset)
+                for consumed in messages:
+                    message = consumed.message
+                    socket.acks.setdefault(message.queue_id, []).append(message.queue_offset)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -411,13 +439,11 @@ class AsyncSubscriber:
 
     def _take(self, socket: _Socket, frame: str | bytes) -> None:
         if isinstance(frame, bytes):
-            generation = socket.generation
             queue = socket.queue
-            self._cache.extend(
-                (socket, generation, ConsumedMessage(record, queue(record.queue_id)))
-                for record in decode_records(frame)
-            )
-            self._delivered.set()
+            messages = [ConsumedMessage(record, queue(record.queue_id)) for record in decode_records(frame)]
+            if messages:
+                self._cache.append(_Frame(socket, socket.generation, messages))
+                self._delivered.set()
             return
         parsed = orjson.loads(frame)
         kind = parsed.get("type")
