@@ -1,8 +1,10 @@
 """Batch reads: planning offset ranges on the driver, reading them with paged pulls on executors.
 
 Each input partition is one :class:`~spark_jobs.planning.OffsetRange`. An executor pulls it page
-by page in the binary records format (``Accept: application/vnd.wharf.records``), decodes the
-records with the store's own codec and yields one Arrow record batch per page. Pulls never wait:
+by page in the binary records format (``Accept: application/vnd.wharf.records``) and yields one
+Arrow record batch per page: its columns built from the answer's bytes by the compiled kernel
+(``BatchBuilder.from_page``), or from records decoded in Python when the kernel is not loaded, a
+tag filter must check each record, or the page has holes. Pulls never wait:
 the range was planned from offsets that exist, so every page answers at once.
 
 Filters on ``tags`` (=, IN), ``queue_id`` (=, IN) and ``queue_offset`` (=, <, <=, >, >=) can be
@@ -19,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -63,6 +66,18 @@ def read_range(
     builder = BatchBuilder(schema, piece.broker)
     until = piece.until_offset
     for offset, page in _pages(piece, options, tags):
+        if page.status == GetMessageStatus.FOUND and tags is None:
+            made = builder.from_page(page.records, until)
+            if made is not None and made[1].equals(
+                pa.array(range(offset, offset + len(made[1])), pa.int64())
+            ):
+                # Every offset from the page's first: the kernel's columns are the batch.
+                batch, offsets = made
+                if offset + len(offsets) < min(page.next_offset, until):
+                    _lost(piece, options, offset + len(offsets), min(page.next_offset, until))
+                if len(offsets):
+                    yield batch
+                continue
         if page.status == GetMessageStatus.FOUND:
             expected = offset
             for record in decode_records(page.records):

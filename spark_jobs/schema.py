@@ -21,6 +21,7 @@ from pyspark.sql.types import (
 )
 
 from app.store.errors import CorruptRecordError
+from app.store.kernel import compiled
 from app.store.record_format import (
     FIXED_SIZE,
     HEADER,
@@ -172,6 +173,45 @@ class BatchBuilder:
     def add(self, record: Record) -> None:
         self._records.append(record)
 
+    def from_page(self, data: bytes, until: int) -> tuple[pa.RecordBatch, pa.Array] | None:
+        """The record batch of a pull answer's records before queue offset ``until``, and their
+        queue offsets, with the columns built by the compiled kernel: the batch :meth:`build`
+        makes of the same records. None without the kernel, or for an answer it leaves to the
+        Python path (a damaged record, odd text)."""
+        if compiled is None:
+            return None
+        made = compiled.record_columns(data, until)
+        if made is None:
+            return None
+        rows, buffers = made
+        arrays = [self._kernel_column(name, rows, buffers) for name in self.names]
+        offsets = pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(buffers[1])])
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema), offsets
+
+    def _kernel_column(self, name: str, rows: int, buffers: list[bytes]) -> pa.Array:
+        field_type = self.arrow_schema.field(name).type
+        if name == "broker":
+            return pa.array([self.broker] * rows, field_type)
+        if name in _KERNEL_VALUES:
+            return pa.Array.from_buffers(
+                field_type, rows, [None, pa.py_buffer(buffers[_KERNEL_VALUES[name]])]
+            )
+        if name in _KERNEL_TEXTS:
+            at = _KERNEL_TEXTS[name]
+            return _texts(field_type, rows, buffers[at], buffers[at + 1])
+        if name == "keys":
+            keys = _texts(pa.string(), len(buffers[16]) // 4 - 1, buffers[16], buffers[17])
+            return pa.ListArray.from_arrays(_int32s(buffers[15], rows + 1), keys)
+        if name == "properties":
+            entries = len(buffers[19]) // 4 - 1
+            array = pa.MapArray.from_arrays(
+                _int32s(buffers[18], rows + 1),
+                _texts(pa.string(), entries, buffers[19], buffers[20]),
+                _texts(pa.string(), entries, buffers[21], buffers[22]),
+            )
+            return array.cast(field_type)
+        raise SchemaError(f"no column {name!r}")
+
     def build(self) -> pa.RecordBatch:
         records, self._records = self._records, []
         arrays = [self._column(name, records) for name in self.names]
@@ -203,3 +243,21 @@ class BatchBuilder:
 
 
 _SYSTEM = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
+
+# Where the kernel's record_columns puts each column: one buffer of values, or offsets then bytes.
+_KERNEL_VALUES = {
+    "queue_id": 0,
+    "queue_offset": 1,
+    "born_timestamp": 2,
+    "store_timestamp": 3,
+    "reconsume_times": 4,
+}
+_KERNEL_TEXTS = {"body": 5, "topic": 7, "msg_id": 9, "unique_id": 11, "tags": 13}
+
+
+def _int32s(data: bytes, length: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int32(), length, [None, pa.py_buffer(data)])
+
+
+def _texts(data_type: pa.DataType, length: int, offsets: bytes, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(data_type, length, [None, pa.py_buffer(offsets), pa.py_buffer(data)])

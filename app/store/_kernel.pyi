@@ -86,3 +86,20 @@ class PlainEncoder:
 
 def encode_batch(data: bytes | bytearray | memoryview, encoder: PlainEncoder) -> bool: ...
 def encode_messages(messages: object, encoder: PlainEncoder) -> bool: ...
+def collect_records(
+    entries: bytes | memoryview,
+    at: int,
+    segment: memoryview,
+    segment_from: int,
+    readable: int,
+    commitlog_min: int,
+    topic: bytes,
+    queue_id: int,
+    base_offset: int,
+    max_messages: int,
+    max_bytes: int,
+    records: list[memoryview],
+    queue_offsets: list[int],
+    total: int,
+) -> tuple[int, int]: ...
+def record_columns(data: bytes | memoryview, until: int) -> tuple[int, list[bytes]] | None: ...

@@ -5,7 +5,9 @@ byte for byte (tests/kernel checks it): ``app.store.record_format.encode_record`
 ``app.store.record.check_record`` and ``record_is``, ``app.codec.messages_json`` and
 ``decode_records``, ``app.store.commit_log.write_records`` and ``collect_records`` (a pull's
 records within one segment), and ``app.store.index_file.IndexFile.index_messages`` take the
-compiled function when :data:`compiled` is loaded and the twin otherwise. ``encode_batch`` (a plain
+compiled function when :data:`compiled` is loaded and the twin otherwise; so does
+``spark_jobs.schema.BatchBuilder.from_page`` (``record_columns``: a pull answer straight into Arrow
+columns), whose twin is the builder's record-by-record path. ``encode_batch`` (a plain
 binary batch into records, ``app.broker.plain``) has the broker's general produce path as its
 twin. Which one runs is logged once, here. ``WHARF_KERNEL=python`` chooses the twins even when the
 extension is there.
