@@ -21,7 +21,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -68,14 +67,12 @@ def read_range(
     for offset, page in _pages(piece, options, tags):
         if page.status == GetMessageStatus.FOUND and tags is None:
             made = builder.from_page(page.records, until)
-            if made is not None and made[1].equals(
-                pa.array(range(offset, offset + len(made[1])), pa.int64())
-            ):
+            if made is not None and (made[0].num_rows == 0 or made[1] == offset):
                 # Every offset from the page's first: the kernel's columns are the batch.
-                batch, offsets = made
-                if offset + len(offsets) < min(page.next_offset, until):
-                    _lost(piece, options, offset + len(offsets), min(page.next_offset, until))
-                if len(offsets):
+                batch = made[0]
+                if offset + batch.num_rows < min(page.next_offset, until):
+                    _lost(piece, options, offset + batch.num_rows, min(page.next_offset, until))
+                if batch.num_rows:
                     yield batch
                 continue
         if page.status == GetMessageStatus.FOUND:

@@ -173,20 +173,20 @@ class BatchBuilder:
     def add(self, record: Record) -> None:
         self._records.append(record)
 
-    def from_page(self, data: bytes, until: int) -> tuple[pa.RecordBatch, pa.Array] | None:
-        """The record batch of a pull answer's records before queue offset ``until``, and their
-        queue offsets, with the columns built by the compiled kernel: the batch :meth:`build`
-        makes of the same records. None without the kernel, or for an answer it leaves to the
-        Python path (a damaged record, odd text)."""
+    def from_page(self, data: bytes, until: int) -> tuple[pa.RecordBatch, int] | None:
+        """The record batch of a pull answer's records before queue offset ``until``, with the
+        columns built by the compiled kernel: the batch :meth:`build` makes of the same records,
+        and their first queue offset (-1 when one is not the one before it plus one). None
+        without the kernel, or for an answer it leaves to the Python path (a damaged record, odd
+        text)."""
         if compiled is None:
             return None
         made = compiled.record_columns(data, until)
         if made is None:
             return None
-        rows, buffers = made
+        rows, buffers, first = made
         arrays = [self._kernel_column(name, rows, buffers) for name in self.names]
-        offsets = pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(buffers[1])])
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema), offsets
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema), first
 
     def _kernel_column(self, name: str, rows: int, buffers: list[bytes]) -> pa.Array:
         field_type = self.arrow_schema.field(name).type

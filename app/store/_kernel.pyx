@@ -1979,7 +1979,8 @@ cdef inline bint spaced_keys(const uint8_t* text, Py_ssize_t length) noexcept:
 
 def record_columns(data, int64_t until):
     """The Arrow column buffers of the records of a binary pull answer before the first at queue
-    offset ``until`` or later (every record is checked): (rows, buffers), the buffers in the order
+    offset ``until`` or later (every record is checked): (rows, buffers, the first row's queue
+    offset when each row's is the one before it plus one, else -1), the buffers in the order
     spark_jobs.schema.BatchBuilder.from_page reads them. None for an answer with anything the
     Python path decides itself: a damaged record, text that is not what the columns hold, a
     property named twice or without a value, keys split by other whitespace than spaces."""
@@ -1998,8 +1999,8 @@ def record_columns(data, int64_t until):
     cdef Py_ssize_t item_end, cut, name_length, value_length, tags_length, keys_length, uniq_length
     cdef Py_ssize_t count, seen, i, start
     cdef Py_ssize_t rows = 0, entries = 0, key_count = 0
-    cdef int64_t born, stored
-    cdef bint past = False
+    cdef int64_t born, stored, queue_offset, first = 0
+    cdef bint past = False, in_order = True
     cdef char hex_id[32]
     cdef int k
     memset(columns, 0, sizeof(columns))
@@ -2090,7 +2091,12 @@ def record_columns(data, int64_t until):
                     i = cut
             column_i32(&columns[15], <int32_t>key_count)
             column_i32(&columns[0], read_i32(record + POS_QUEUEID))
-            column_i64(&columns[1], read_i64(record + POS_QUEUEOFFSET))
+            queue_offset = read_i64(record + POS_QUEUEOFFSET)
+            if rows == 0:
+                first = queue_offset
+            elif queue_offset != first + rows:
+                in_order = False
+            column_i64(&columns[1], queue_offset)
             column_i64(&columns[2], born * 1000)
             column_i64(&columns[3], stored * 1000)
             column_i32(&columns[4], read_i32(record + POS_RECONSUMETIMES))
@@ -2109,7 +2115,7 @@ def record_columns(data, int64_t until):
                     return None
             rows += 1
             position += size
-        return rows, [take(&columns[k]) for k in range(COLUMN_BUFFERS)]
+        return rows, [take(&columns[k]) for k in range(COLUMN_BUFFERS)], first if in_order else -1
     finally:
         PyBuffer_Release(&view)
         for k in range(COLUMN_BUFFERS):
