@@ -5,7 +5,7 @@ HTTP and WebSocket adapters in app/api parse, call the core, encode and map its 
 from app.broker.core import Broker, parse_start
 from app.broker.errors import BrokerError
 from app.broker.pull import MAX_SCAN_SLICES_PER_PULL, Read, read_or_hold
-from app.broker.unique_ids import UniqueIdGenerator
+from app.unique_ids import UniqueIdGenerator
 
 __all__ = [
     "MAX_SCAN_SLICES_PER_PULL",

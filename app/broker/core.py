@@ -35,7 +35,6 @@ from app.broker.queue_locks import FILE_NAME as QUEUE_LOCKS_FILE
 from app.broker.queue_locks import QueueLocks
 from app.broker.topic_creator import TopicCreator
 from app.broker.transactions import Transactions
-from app.broker.unique_ids import UniqueIdGenerator
 from app.codec import RESERVED_PROPERTIES, IncomingMessage
 from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
@@ -53,6 +52,7 @@ from app.store.record_format import (
     validate_topic,
 )
 from app.store.results import AppendResult
+from app.unique_ids import UniqueIdGenerator
 
 # An answer of produce: made for a stored message, the index of the same unique id's answer earlier
 # in the batch, or the first message of a repeated unique id.

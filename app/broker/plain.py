@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
     from app.broker.ha_role import HaRole
     from app.broker.metrics import BrokerMetrics
-    from app.broker.unique_ids import UniqueIdGenerator
     from app.longpoll.hold import PullHoldService
     from app.routing.topic_config import TopicConfigManager
     from app.store import AppendResult, MessageStore
+    from app.unique_ids import UniqueIdGenerator
 
 
 class Broker(Protocol):

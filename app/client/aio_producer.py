@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 import httpx
@@ -51,6 +50,7 @@ from app.client.routes import MessageQueue, TopicRoute
 from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from app.sharding import queue_for_key
 from app.tls import client_ssl_context
+from app.unique_ids import UniqueIdGenerator
 
 
 class AsyncProducer(AsyncHttpOwner):
@@ -78,6 +78,7 @@ class AsyncProducer(AsyncHttpOwner):
         unanswered on one queue, instead of HTTP requests (one at a time per queue)."""
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
+        self._ids = UniqueIdGenerator()  # the id of each message sent without one
         self.http = httpx.AsyncClient(
             timeout=timeout_s,
             auth=basic_auth(user),
@@ -183,9 +184,10 @@ class AsyncProducer(AsyncHttpOwner):
         queue_id: int | None,
         params: dict[str, str] | None,
     ) -> asyncio.Future[list[SendResult]]:
+        ids = self._ids
         for message in messages:
             if message.unique_id is None:
-                message.unique_id = uuid.uuid4().hex.upper()
+                message.unique_id = ids.next()
         admission = self._admissions.take(topic)
         sending = asyncio.ensure_future(
             self._send(topic, list(messages), sharding_key, queue_id, admission, params)
