@@ -2159,3 +2159,115 @@ def populate(mm, Py_ssize_t start, Py_ssize_t length):
         return seen
     finally:
         PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# A client's binary produce batch (app.client.aio_producer, app.codec.encode_batch's twin).
+
+cdef int put_be(Buffer* buffer, int64_t value, int width) except -1:
+    cdef char raw[8]
+    cdef int i
+    for i in range(width):
+        raw[i] = <char>((<uint64_t>value >> (8 * (width - 1 - i))) & 0xFF)
+    return put(buffer, raw, width)
+
+
+cdef int put_text16(Buffer* buffer, str text) except -1:
+    """A text field of the batch: its UTF-8 length (16 bits) and bytes; -2 when it does not fit."""
+    cdef Py_ssize_t length
+    cdef const char* raw = PyUnicode_AsUTF8AndSize(text, &length)
+    if length > 0xFFFF:
+        return -2
+    put_be(buffer, length, 2)
+    if length:
+        put(buffer, raw, length)
+    return 0
+
+
+def encode_outgoing(messages, int32_t queue_id):
+    """``app.codec.encode_batch`` of an AsyncProducer's messages (OutgoingMessage), every one to
+    ``queue_id``: the same bytes. None for a batch with anything it leaves to the twin: a delay, a
+    field of another type than the message declares, text longer than its length field holds."""
+    cdef Buffer buffer = Buffer(NULL, 0, 0)
+    cdef Buffer properties = Buffer(NULL, 0, 0)
+    cdef Py_buffer view
+    cdef Py_ssize_t length, joined, count = 0
+    cdef int64_t born_ms
+    cdef const char* raw
+    cdef bint first
+    if type(messages) is not list:
+        return None
+    try:
+        reserve(&buffer, 8 + 64 * len(<list>messages))
+        put(&buffer, b"WHB1", 4)
+        put_be(&buffer, len(<list>messages), 4)
+        for message in <list>messages:
+            if (
+                message.delay_level is not None
+                or message.delay_ms is not None
+                or message.deliver_at_ms is not None
+            ):
+                return None
+            tags, keys, unique_id, born = message.tags, message.keys, message.unique_id, message.born_timestamp
+            props, body = message.properties, message.body
+            if (
+                type(tags) is not str
+                or type(keys) is not list
+                or (unique_id is not None and type(unique_id) is not str)
+                or type(born) is not int
+                or type(props) is not dict
+                or type(body) is not bytes
+            ):
+                return None
+            try:
+                born_ms = born
+            except OverflowError:
+                return None
+            put_be(&buffer, queue_id, 4)
+            put_be(&buffer, 0, 4)  # flag
+            put_be(&buffer, born_ms, 8)
+            if put_text16(&buffer, tags) == -2:
+                return None
+            # The keys joined by spaces: their length first, then each.
+            joined = len(<list>keys) - 1 if keys else 0
+            for key in <list>keys:
+                if type(key) is not str:
+                    return None
+                PyUnicode_AsUTF8AndSize(key, &length)
+                joined += length
+            if joined > 0xFFFF:
+                return None
+            put_be(&buffer, joined, 2)
+            first = True
+            for key in <list>keys:
+                if not first:
+                    put(&buffer, b" ", 1)
+                raw = PyUnicode_AsUTF8AndSize(key, &length)
+                if length:
+                    put(&buffer, raw, length)
+                first = False
+            if put_text16(&buffer, unique_id or "") == -2:
+                return None
+            put_be(&buffer, 0, 2)  # no sharding key
+            properties.size = 0
+            for name, value in (<dict>props).items():
+                if type(name) is not str or type(value) is not str:
+                    return None
+                raw = PyUnicode_AsUTF8AndSize(name, &length)
+                put(&properties, raw, length)
+                put(&properties, b"\x01", 1)
+                raw = PyUnicode_AsUTF8AndSize(value, &length)
+                put(&properties, raw, length)
+                put(&properties, b"\x02", 1)
+            if properties.size > 0xFFFFFFFF or len(<bytes>body) > 0xFFFFFFFF:
+                return None
+            put_be(&buffer, properties.size, 4)
+            if properties.size:
+                put(&buffer, properties.data, properties.size)
+            put_be(&buffer, len(<bytes>body), 4)
+            put(&buffer, PyBytes_AS_STRING(body), len(<bytes>body))
+            count += 1
+        return take(&buffer)
+    finally:
+        free(buffer.data)
+        free(properties.data)
