@@ -150,6 +150,16 @@ class ConsumeQueue:
         so that :meth:`put` never has to open or map one: DiskFullError when one does not fit,
         ResourceExhaustedError when one cannot be opened or mapped."""
         start, end = queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE
+        last = self.files.last_file
+        if (
+            last is not None
+            and last.file_from_offset <= start
+            and end <= last.file_from_offset + last.file_size
+        ):
+            # The usual case: the entries go to the segment being written, which exists.
+            if last.hold():
+                held.append(last)
+            return
         self.files.prepare_range(start, end)
         for mapped in self.files.segments_for(start, end):
             if mapped.hold():
