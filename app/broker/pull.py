@@ -99,16 +99,5 @@ async def _hold(
     wake: asyncio.Event | None,
 ) -> HoldOutcome | None:
     """The hold's outcome, or None when ``wake`` was set first."""
-    if wake is None:
-        return await holds.hold(topic, queue_id, offset, codes, wait_s, receive)
-    hold = asyncio.ensure_future(holds.hold(topic, queue_id, offset, codes, wait_s, receive))
-    woken = asyncio.ensure_future(wake.wait())
-    try:
-        await asyncio.wait({hold, woken}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        # Cancelling is enough: the hold's own clean-up unregisters it.
-        hold.cancel()
-        woken.cancel()
-    if hold.done() and not hold.cancelled():
-        return hold.result()
-    return None
+    outcome = await holds.hold(topic, queue_id, offset, codes, wait_s, receive, wake)
+    return None if outcome is HoldOutcome.WOKEN else outcome

@@ -6,7 +6,12 @@ A pull that finds nothing new is held in a table keyed (topic, queue id). It is 
   tag filter (a non-matching message does not wake it),
 * ``TIMEOUT`` at its deadline,
 * ``DISCONNECTED`` at once when its client goes away,
-* ``SHUTDOWN`` when the broker stops.
+* ``SHUTDOWN`` when the broker stops,
+* ``WOKEN`` when the holder's own ``wake`` event is set (a WebSocket subscriber's queue was kicked).
+
+The holder awaits its pull's future itself, with no task in between, so a pull an arrival
+answers runs again in the event loop's next turn: a producer that yields once after its append
+(:mod:`app.broker.plain`, ``Broker.produce``) lets the pulls it woke answer first.
 
 A periodic check (5 s by default) answers any held pull whose queue moved past its offset, as a
 fallback. Each held pull is a small state machine: WAITING -> ANSWERED, once; later answers are
@@ -36,6 +41,7 @@ class HoldOutcome(enum.Enum):
     TIMEOUT = "timeout"
     DISCONNECTED = "disconnected"
     SHUTDOWN = "shutdown"
+    WOKEN = "woken"  # the holder's own wake event was set (a subscriber's cursor was kicked)
 
 
 class HeldPull:
@@ -105,8 +111,10 @@ class PullHoldService:
         codes: frozenset[int] | None,
         timeout_s: float,
         receive: Receive | None = None,
+        wake: asyncio.Event | None = None,
     ) -> HoldOutcome:
-        """Wait until a matching message passes ``offset``, the timeout, a disconnect or shutdown."""
+        """Wait until a matching message passes ``offset``, the timeout, a disconnect, shutdown
+        or ``wake``."""
         if self._stopping:
             return HoldOutcome.SHUTDOWN
         loop = asyncio.get_running_loop()
@@ -120,6 +128,10 @@ class PullHoldService:
         watcher = (
             asyncio.ensure_future(self._watch_disconnect(receive, held)) if receive is not None else None
         )
+        waker = None
+        if wake is not None:
+            waker = asyncio.ensure_future(wake.wait())
+            waker.add_done_callback(lambda _: held.answer(HoldOutcome.WOKEN))
         try:
             return await held.future
         finally:
@@ -127,6 +139,8 @@ class PullHoldService:
             timer.cancel()
             if watcher is not None:
                 watcher.cancel()
+            if waker is not None:
+                waker.cancel()
             pulls = self._held.get(key)
             if pulls is not None:
                 pulls.discard(held)

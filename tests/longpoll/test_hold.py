@@ -179,3 +179,20 @@ def test_a_held_pull_is_answered_once(second: HoldOutcome) -> None:
         assert held.future.result() is HoldOutcome.TIMEOUT
 
     run(scenario())
+
+
+def test_the_holders_own_wake_event_answers_woken_and_unregisters() -> None:
+    async def scenario() -> HoldOutcome:
+        service = PullHoldService(Offsets(), check_interval_s=3600)
+        await service.start()
+        wake = asyncio.Event()
+        waiting = asyncio.create_task(service.hold("t", 0, 5, None, 10, None, wake))
+        await asyncio.sleep(0)
+        assert service.held_count == 1
+        wake.set()
+        outcome = await asyncio.wait_for(waiting, 1)
+        assert service.held_count == 0
+        await service.stop()
+        return outcome
+
+    assert run(scenario()) is HoldOutcome.WOKEN

@@ -1,10 +1,13 @@
 """A produce that wakes held pulls lets them answer before its own answer (in process, with the
-store's arrival listener wired to the hold service as the broker wires it)."""
+store's arrival listener wired to the hold service as the broker wires it): an HTTP long poll, and
+a WebSocket subscriber's queue reader, which holds with a wake event of its own."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+
+import pytest
 
 from app.broker import Broker, read_or_hold
 from app.codec import IncomingMessage
@@ -15,7 +18,8 @@ from app.store import GetMessageStatus, MessageStore, StoreConfig
 from app.store.queue_table import QueueTable
 
 
-def test_a_woken_pull_has_its_messages_before_the_produce_returns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("subscriber", [False, True], ids=["long poll", "subscriber"])
+def test_a_woken_pull_has_its_messages_before_the_produce_returns(tmp_path: Path, subscriber: bool) -> None:
     config = StoreConfig(store_dir=tmp_path / "store")
     queues = QueueTable(config)
     holds = PullHoldService(queues.max_offset)
@@ -27,7 +31,10 @@ def test_a_woken_pull_has_its_messages_before_the_produce_returns(tmp_path: Path
         await holds.start()
         try:
             await broker.produce("orders", [IncomingMessage(b"first", queue_id=0)])
-            pull = asyncio.ensure_future(read_or_hold(store, holds, "orders", 0, 1, 32, None, 30.0))
+            wake = asyncio.Event() if subscriber else None
+            pull = asyncio.ensure_future(
+                read_or_hold(store, holds, "orders", 0, 1, 32, None, 30.0, wake=wake)
+            )
             while holds.held_count == 0:
                 await asyncio.sleep(0)  # the pull reads, finds nothing past offset 1, and holds
             await broker.produce("orders", [IncomingMessage(b"second", queue_id=0)])
