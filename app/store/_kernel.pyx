@@ -1995,9 +1995,9 @@ def record_columns(data, int64_t until):
     cdef const uint8_t* uniq_value
     cdef const uint8_t* names[64]
     cdef Py_ssize_t name_lengths[64]
-    cdef Py_ssize_t position = 0, size, body_length, body_end, topic_end, properties_start, end
+    cdef Py_ssize_t position = 0, size, body_length, body_end, topic_end, properties_start
     cdef Py_ssize_t item_end, cut, name_length, value_length, tags_length, keys_length, uniq_length
-    cdef Py_ssize_t count, seen, i, start
+    cdef Py_ssize_t seen, i, start
     cdef Py_ssize_t rows = 0, entries = 0, key_count = 0
     cdef int64_t born, stored, queue_offset, first = 0
     cdef bint past = False, in_order = True
@@ -2190,8 +2190,7 @@ def encode_outgoing(messages, int32_t queue_id):
     field of another type than the message declares, text longer than its length field holds."""
     cdef Buffer buffer = Buffer(NULL, 0, 0)
     cdef Buffer properties = Buffer(NULL, 0, 0)
-    cdef Py_buffer view
-    cdef Py_ssize_t length, joined, count = 0
+    cdef Py_ssize_t length, joined
     cdef int64_t born_ms
     cdef const char* raw
     cdef bint first
@@ -2266,7 +2265,6 @@ def encode_outgoing(messages, int32_t queue_id):
                 put(&buffer, properties.data, properties.size)
             put_be(&buffer, len(<bytes>body), 4)
             put(&buffer, PyBytes_AS_STRING(body), len(<bytes>body))
-            count += 1
         return take(&buffer)
     finally:
         free(buffer.data)
