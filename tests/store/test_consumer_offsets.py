@@ -275,7 +275,8 @@ def table_offsets(path: Path) -> set[int]:
 
 def printed_before_sigkill(module: str, path: Path, lines: int) -> list[int]:
     """Run ``module`` as a child writing offsets to ``path``, SIGKILL it after it printed ``lines``
-    lines (each printed once its write returned); returns every whole line it printed."""
+    lines (each printed once its write returned); returns every whole line it printed, which are
+    consecutive numbers."""
     env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     child = subprocess.Popen(
         [sys.executable, "-m", module, str(path)],
@@ -295,10 +296,17 @@ def printed_before_sigkill(module: str, path: Path, lines: int) -> list[int]:
             read.append(line)
     finally:
         child.send_signal(signal.SIGKILL)
-        rest, _ = child.communicate(timeout=10)
+        # Read the rest through the same buffered reader: readline() may already hold lines the
+        # child printed after those it returned, which communicate() (reading the pipe itself)
+        # would drop.
+        rest = child.stdout.read()
+        child.stderr.read()
+        child.wait(timeout=10)
     assert child.returncode == -signal.SIGKILL
     # A line cut at the very end counts not.
-    return [int(line) for line in (*read, *rest.splitlines(keepends=True)) if line.endswith("\n")]
+    printed = [int(line) for line in (*read, *rest.splitlines(keepends=True)) if line.endswith("\n")]
+    assert printed == list(range(printed[0], printed[0] + len(printed))), "a printed line was lost"
+    return printed
 
 
 @pytest.mark.crash
