@@ -29,7 +29,8 @@ system writes and reads one ordered log.
   system whose process this machine shows.
 * ``latency``: one message at a time, from just before it is sent until the consumer has it:
   Redis ``XREAD BLOCK`` on a second connection, NATS an ordered push consumer, Wharf a binary
-  WebSocket produce frame and a ``format=binary`` subscribe socket. p50 and p99 of each repeat.
+  WebSocket produce frame and a ``format=binary`` subscribe socket. p50 and p99 of each repeat, and
+  the broker's CPU per message so sent and delivered (the sockets' set-up included).
 
 Targets are ratios against the better peer: Wharf binary produce >= 2x, consume >= 5x and e2e p99
 at most Redis's; Wharf JSON produce >= 1x and consume >= 2x.
@@ -153,6 +154,23 @@ class Measured:
             None if broker is None else broker / self.count * 1e6,
             client / self.count * 1e6,
         )
+
+
+def cpu_rows(what: str, runs: list[Rates]) -> list[Result]:
+    """The broker's CPU per message over ``runs`` as a row (none when the broker's process is not
+    on this machine), the client's in its note."""
+    if not runs or runs[0].broker_us is None:
+        return []
+    client = statistics.median(run.client_us for run in runs)
+    return [
+        Result(
+            f"{what} broker CPU",
+            "us/msg",
+            [run.broker_us for run in runs if run.broker_us is not None],
+            note=f"client {client:.1f} us/msg",
+            extra={"client_us_per_msg": client},
+        )
+    ]
 
 
 class Lane:
@@ -565,36 +583,32 @@ class Bench:
                     rows[name].against(better)
             results += rows.values()
         for (name, what), runs in rates.items():
-            if runs[0].broker_us is not None:
-                client = statistics.median(run.client_us for run in runs)
-                results.append(
-                    Result(
-                        f"{name} {what} broker CPU",
-                        "us/msg",
-                        [run.broker_us for run in runs if run.broker_us is not None],
-                        note=f"client {client:.1f} us/msg",
-                        extra={"client_us_per_msg": client},
-                    )
-                )
+            results += cpu_rows(f"{name} {what}", runs)
         return results
 
     async def latency(self) -> list[Result]:
         plan = self.plan
         p50: dict[str, list[float]] = {lane.name: [] for lane in self.lanes}
         p99: dict[str, list[float]] = {lane.name: [] for lane in self.lanes}
+        cpu: dict[str, list[Rates]] = {lane.name: [] for lane in self.lanes}
         for _ in range(plan.repeats):
             for lane in self.lanes:
                 stream = self.stream()
                 await lane.create(stream)
                 try:
-                    samples = await lane.latency(stream, plan.latency_samples)
+                    with Measured(lane.pid, plan.latency_samples) as run:
+                        samples = await lane.latency(stream, plan.latency_samples)
                 finally:
                     await lane.delete(stream)
                 p50[lane.name].append(percentile(samples, 0.5) * 1000)
                 p99[lane.name].append(percentile(samples, 0.99) * 1000)
+                cpu[lane.name].append(run.rates)
         results = []
         for lane in self.lanes:
             results.append(Result(f"{lane.name} e2e p50", "ms", p50[lane.name], alias=lane.alias))
+        for lane in self.lanes:
+            # The CPU of one message produced and delivered alone, both sockets' frames included.
+            results += cpu_rows(f"{lane.name} e2e", cpu[lane.name])
         p99_rows = {
             lane.name: Result(f"{lane.name} e2e p99", "ms", p99[lane.name], alias=lane.alias)
             for lane in self.lanes
