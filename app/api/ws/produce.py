@@ -144,6 +144,7 @@ class ProduceSession:
             for task in (receiver, producer, going_away):
                 task.cancel()
             await asyncio.gather(receiver, producer, going_away, return_exceptions=True)
+            self.sender.close()
 
     async def _receive_loop(self) -> None:
         while True:

@@ -120,6 +120,7 @@ class Subscription:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(receiver, *tasks, return_exceptions=True)
+            self.sender.close()
             if not self._failure.done():
                 self._failure.cancel()
 
