@@ -79,3 +79,18 @@ def test_a_stalled_send_cancelled_by_its_owner_is_a_cancellation() -> None:
         sender.close()
 
     asyncio.run(scenario())
+
+
+def test_each_stalled_send_is_cut_in_turn() -> None:
+    async def scenario() -> None:
+        socket = Socket()
+        socket.flowing.clear()
+        sender = FrameSender(socket, 1 << 20, TIMEOUT_S)  # type: ignore[arg-type]
+        # Two tasks of one socket send; the second waits for the first, then stalls on its own.
+        sends = [asyncio.ensure_future(sender.send_binary(data)) for data in (b"one", b"two")]
+        done, pending = await asyncio.wait(sends, timeout=TIMEOUT_S * 10)
+        assert not pending, "a stalled send outlived its timeout"
+        assert all(isinstance(send.exception(), WsClose) for send in done)
+        sender.close()
+
+    asyncio.run(scenario())

@@ -90,8 +90,9 @@ class FrameSender:
                     # keepalive timeout) and refuses further sends: the client is gone.
                     raise WebSocketDisconnect(ABNORMAL) from None
                 except asyncio.CancelledError:
-                    if not self._expired or task is None or task.uncancel() > 0:
-                        raise  # cancelled by someone else too
+                    expired, self._expired = self._expired, False
+                    if not expired or task is None or task.uncancel() > 0:
+                        raise  # cancelled by someone else (too)
                     raise WsClose(
                         TRY_AGAIN_LATER,
                         f"{int(ErrorCode.WS_CLIENT_TOO_SLOW)} the client read nothing for "
