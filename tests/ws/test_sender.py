@@ -25,12 +25,16 @@ class Socket:
         await self.flowing.wait()
         self.sent.append(data)
 
+    def sender(self) -> FrameSender:
+        """A sender on this socket with room for any frame and a send timeout of ``TIMEOUT_S``."""
+        return FrameSender(self, 1 << 20, TIMEOUT_S)  # type: ignore[arg-type]
+
 
 def test_a_stalled_send_is_timed_from_its_own_start_and_closes_1013() -> None:
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         socket = Socket()
-        sender = FrameSender(socket, 1 << 20, TIMEOUT_S)  # type: ignore[arg-type]
+        sender = socket.sender()
         await sender.send_binary(b"first")  # arms the watchdog for TIMEOUT_S from now
         await asyncio.sleep(TIMEOUT_S * 0.75)
         socket.flowing.clear()
@@ -51,7 +55,7 @@ def test_sends_that_complete_are_never_cut_however_many() -> None:
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         socket = Socket()
-        sender = FrameSender(socket, 1 << 20, TIMEOUT_S)  # type: ignore[arg-type]
+        sender = socket.sender()
         ends = loop.time() + TIMEOUT_S * 3
         while loop.time() < ends:
             await sender.send_binary(b"frame")
@@ -66,7 +70,7 @@ def test_a_stalled_send_cancelled_by_its_owner_is_a_cancellation() -> None:
     async def scenario() -> None:
         socket = Socket()
         socket.flowing.clear()
-        sender = FrameSender(socket, 1 << 20, TIMEOUT_S)  # type: ignore[arg-type]
+        sender = socket.sender()
         sending = asyncio.ensure_future(sender.send_binary(b"stalled"))
         await asyncio.sleep(TIMEOUT_S / 4)
         sending.cancel()
@@ -85,7 +89,7 @@ def test_each_stalled_send_is_cut_in_turn() -> None:
     async def scenario() -> None:
         socket = Socket()
         socket.flowing.clear()
-        sender = FrameSender(socket, 1 << 20, TIMEOUT_S)  # type: ignore[arg-type]
+        sender = socket.sender()
         # Two tasks of one socket send; the second waits for the first, then stalls on its own.
         sends = [asyncio.ensure_future(sender.send_binary(data)) for data in (b"one", b"two")]
         done, pending = await asyncio.wait(sends, timeout=TIMEOUT_S * 10)
