@@ -226,6 +226,10 @@ class AsyncSubscriber:
         """The next message, or None after ``timeout_s``. Asking for it finishes the previous one.
 
         Raises the close of a socket the broker ended for good (BrokerError: refused, unknown topic)."""
+        return await self._poll(timeout_s, give_back=True)
+
+    async def _poll(self, timeout_s: float, give_back: bool) -> ConsumedMessage | None:
+        """:meth:`poll`; without ``give_back`` its credit waits for the caller to give it back."""
         self._raise_failure()
         self._finish_in_hand()
         deadline = asyncio.get_running_loop().time() + timeout_s
@@ -244,7 +248,7 @@ class AsyncSubscriber:
                 cache.popleft()
             socket = frame.socket
             socket.spent += 1
-            if socket.owed() >= self.credit // 2:
+            if give_back and socket.owed() >= self.credit // 2:
                 await self._flush(socket)
             self._in_hand = (socket, frame.generation, consumed)
             return consumed
@@ -253,7 +257,9 @@ class AsyncSubscriber:
         """Up to ``max_messages`` delivered messages (at least one, or none after ``timeout_s``):
         the next one as :meth:`poll` gives it, then those already waiting. Asking again finishes
         them all, and their credit goes back to the brokers as :meth:`poll` gives it back."""
-        first = await self.poll(timeout_s)
+        # The batch's credit goes back at once below: given back for the first message alone (the
+        # previous batch's acks count towards what is owed), the broker could send a frame of one.
+        first = await self._poll(timeout_s, give_back=False)
         if first is None:
             return []
         batch = [first]
