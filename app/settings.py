@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     flush_mode: FlushMode = _store_default("flush_mode")
     commitlog_file_size: int = _store_default("commitlog_file_size", ge=4096)
     consumequeue_file_entries: int = _store_default("consumequeue_file_entries", ge=1)
+    commitlog_chunk_size: int = _store_default("commitlog_chunk_size", ge=4096)
+    consumequeue_chunk_size: int = _store_default("consumequeue_chunk_size", ge=4096)
     max_mapped_segments: int = _store_default("max_mapped_segments", ge=0)
     max_message_size: int = _store_default("max_message_size", ge=1)
     max_topic_length: int = _store_default("max_topic_length", ge=1, le=255)

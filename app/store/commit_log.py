@@ -6,9 +6,12 @@ fields per record (:func:`write_records`, one compiled call per batch), then han
 ConsumeQueue entries to the dispatcher as one run per queue. A record that does not fit in the rest of a segment
 (with room for an 8-byte blank) is preceded by a blank END_OF_FILE record and goes to the next one.
 
-A batch is stored whole or not at all: every segment it will roll to is prepared (allocated) before
-its first byte is written, so a full disk refuses it with :class:`DiskFullError` up front. The
-next segment is normally ready already (:class:`app.store.allocate.AllocateSegmentService`).
+A batch is stored whole or not at all: every segment it will roll to is prepared, and every byte it
+will write is allocated on disk (:meth:`MappedFileQueue.reserve`), before its first byte is
+written, so a full disk refuses it with :class:`DiskFullError` up front. Segments get their disk
+blocks a chunk (``chunk_size``) at a time; the next chunk and the next segment are normally
+allocated already (:class:`app.store.allocate.AllocateSegmentService`), and the writer wakes that
+service once less than half a chunk is left ahead of it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from app.store.consume_queue import UNIT
 from app.store.errors import MessageTooLargeError, StoreClosedError
 from app.store.kernel import compiled
-from app.store.mapped_file import MappedFile
+from app.store.mapped_file import Growth, MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
 from app.store.record import CheckedRecord, check_record, message_size, record_is, store_timestamp
 from app.store.record_format import (
@@ -44,6 +47,9 @@ from app.store.results import AppendResult, PutStatus
 
 PUT_OK = PutStatus.PUT_OK
 ENTRY_OFFSET = struct.Struct(">q")  # the CommitLog offset that leads a ConsumeQueue entry
+
+# The disk a CommitLog segment allocates at a time, unless the store says otherwise.
+DEFAULT_CHUNK_SIZE = 16 * 1024 * 1024
 
 # (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys, uniq_key)
 Dispatch = Callable[[str, int, int, int, int, int, int, str, str], None]
@@ -188,11 +194,22 @@ class CommitLog:
         dispatch_run: DispatchRun,
         on_batch: BatchListener | None = None,
         check_room: Callable[[int], None] | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        spare_directory: Path | None = None,
     ) -> None:
         """``dispatch`` gets every replicated record that has a queue offset, ``dispatch_run`` the
         ConsumeQueue entries of an appended batch, queue by queue, ``on_batch`` every batch (all
-        under the lock); ``check_room`` vets a new segment's size before it is allocated."""
-        self.files = MappedFileQueue(directory, file_size, check_room=check_room)
+        under the lock); ``check_room`` vets each allocation's size before it is made. Segments
+        get their disk blocks ``chunk_size`` bytes at a time; the next segment is prepared in
+        ``spare_directory`` (None: beside the segments, under a ``.spare`` name)."""
+        self.chunk_size = min(chunk_size, file_size)
+        self.files = MappedFileQueue(
+            directory,
+            file_size,
+            check_room=check_room,
+            growth=Growth(self.chunk_size, self.chunk_size),
+            spare_directory=spare_directory,
+        )
         self.file_size = file_size
         self.store_host = store_host
         self.dispatch = dispatch
@@ -219,20 +236,48 @@ class CommitLog:
                 f"record of {record_size} bytes does not fit a CommitLog segment of {self.file_size} bytes"
             )
 
-    def segments_needed(self, mapped: MappedFile | None, records: Sequence[EncodedRecord]) -> int:
-        """How many new segments appending ``records`` after ``mapped`` (the last one) rolls to."""
+    def segment_ends(
+        self, mapped: MappedFile | None, records: Sequence[EncodedRecord]
+    ) -> tuple[int, list[int]]:
+        """Where appending ``records`` after ``mapped`` (the last segment) stops writing: the end in
+        ``mapped`` (-1 when it takes nothing) and the end in each new segment it rolls to. A record
+        that does not fit is preceded by a blank, of which only the size and magic are written."""
         file_size = self.file_size
+        ends: list[int] = []
         if mapped is None or mapped.is_full:
-            needed, position = 1, 0
+            last_end, position = -1, 0
+            ends.append(0)
         else:
-            needed, position = 0, mapped.wrote_position
+            last_end = position = mapped.wrote_position
         for record in records:
             size = len(record[0])
             if position + size + BLANK_MIN_SIZE > file_size:
-                needed += 1
+                if ends:
+                    ends[-1] = position + BLANK_MIN_SIZE
+                else:
+                    last_end = position + BLANK_MIN_SIZE
+                ends.append(0)
                 position = 0
             position += size
-        return needed
+            if ends:
+                ends[-1] = position
+            else:
+                last_end = position
+        return last_end, ends
+
+    def _reserve(self, last: MappedFile | None, records: Sequence[EncodedRecord], total_size: int) -> None:
+        """Prepare every segment the batch rolls to and allocate every byte it writes, before any
+        is written: DiskFullError (nothing written) when that does not fit."""
+        files = self.files
+        if last is not None and last.wrote_position + total_size + BLANK_MIN_SIZE <= self.file_size:
+            files.reserve(last, last.wrote_position + total_size + BLANK_MIN_SIZE)
+            return
+        last_end, ends = self.segment_ends(last, records)
+        files.prepare(len(ends))
+        if last is not None and last_end > 0:
+            files.reserve(last, last_end)
+        for spare, end in zip(files.prepared, ends, strict=False):
+            files.reserve(spare, end)
 
     def append(
         self,
@@ -263,8 +308,8 @@ class CommitLog:
             if before_write is not None:
                 before_write()
             last = self.files.last_file
-            if last is None or last.wrote_position + total_size + BLANK_MIN_SIZE > file_size:
-                self.files.prepare(self.segments_needed(last, records))
+            if last is None or last.wrote_position + total_size + BLANK_MIN_SIZE > last.allocated:
+                self._reserve(last, records, total_size)
             now = int(time.time() * 1000)
             mapped = self.files.writable_file()
             written = 0
@@ -295,6 +340,10 @@ class CommitLog:
             self.last_record_offset = results[-1].physical_offset
             if self.on_batch is not None:
                 self.on_batch(records, results)
+            if mapped.allocated - mapped.wrote_position < self.chunk_size // 2 and not mapped.is_full:
+                wake = self.files.on_new_file
+                if wake is not None:
+                    wake()  # the allocating thread adds the next chunk
         return results
 
     def append_replica(
@@ -324,6 +373,7 @@ class CommitLog:
             last = self.files.last_file
             mapped = self.files.new_file(offset) if last is None or last.is_full else last
             position = mapped.wrote_position
+            self.files.reserve(mapped, position + len(data))
             mapped.mm[position : position + len(data)] = data
             for physical_offset, record in checked:
                 if not skips_consume_queue(record.sysflag):

@@ -18,6 +18,11 @@ class StoreConfig:
     flush_mode: FlushMode = FlushMode.ASYNC
     commitlog_file_size: int = 1024 * 1024 * 1024
     consumequeue_file_entries: int = 300_000
+    # Disk blocks are allocated ahead of the writer a chunk at a time, not a whole file at once: a
+    # CommitLog segment this much at a time (and the next segment, prepared ahead, its first chunk);
+    # a ConsumeQueue segment one page first, then doubling up to this much at a time.
+    commitlog_chunk_size: int = 16 * 1024 * 1024
+    consumequeue_chunk_size: int = 1024 * 1024
     max_message_size: int = 4 * 1024 * 1024
     max_topic_length: int = 127
     max_properties_size: int = 32_767
@@ -71,6 +76,11 @@ class StoreConfig:
     @property
     def commitlog_dir(self) -> Path:
         return self.store_dir / "commitlog"
+
+    @property
+    def spare_dir(self) -> Path:
+        """Where the next CommitLog segment is prepared, apart from the segments themselves."""
+        return self.store_dir / "spare"
 
     @property
     def consumequeue_dir(self) -> Path:

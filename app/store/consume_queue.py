@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.store.mapped_file import MappedFile
+from app.store.mapped_file import PAGE_SIZE, Growth, MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 UNIT = struct.Struct(">qiq")  # CommitLog offset | size | tag hash
 assert UNIT.size == 20
 UNIT_SIZE = UNIT.size
+# The most disk a segment allocates at a time, unless the store says otherwise.
+DEFAULT_CHUNK_SIZE = 1024 * 1024
 # Recovery reads a segment in chunks of whole entries.
 READ_CHUNK = (64 * 1024 // UNIT_SIZE) * UNIT_SIZE
 
@@ -55,10 +57,19 @@ class ConsumeQueue:
         file_entries: int,
         cache: SegmentCache | None = None,
         check_room: Callable[[int], None] | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> ConsumeQueue:
-        """``check_room`` is called with a new segment's size before it is allocated (see
-        :class:`MappedFileQueue`)."""
-        files = MappedFileQueue(root / topic / str(queue_id), file_entries * UNIT_SIZE, cache, check_room)
+        """``check_room`` is called with the size of each allocation before it is made (see
+        :class:`MappedFileQueue`); a segment's disk blocks grow from one page, doubling up to
+        ``chunk_size`` bytes at a time, each chunk written with zeros so that its pages are in the
+        page cache before dispatch touches them (see :class:`Growth`)."""
+        files = MappedFileQueue(
+            root / topic / str(queue_id),
+            file_entries * UNIT_SIZE,
+            cache,
+            check_room,
+            Growth(PAGE_SIZE, max(PAGE_SIZE, chunk_size), fill=True),
+        )
         return cls(topic, queue_id, files)
 
     @property
@@ -94,6 +105,7 @@ class ConsumeQueue:
         elif mapped.is_full:
             mapped = files.new_file()
         local = position - mapped.file_from_offset
+        files.reserve(mapped, local + UNIT_SIZE)  # done when the batch prepared it
         if not mapped.hold():  # mapped already when the batch prepared it
             return False
         try:
@@ -131,6 +143,7 @@ class ConsumeQueue:
                 mapped = files.new_file()
             local = position - mapped.file_from_offset
             run = min(count - done, (mapped.file_size - local) // UNIT_SIZE)
+            files.reserve(mapped, local + run * UNIT_SIZE)  # done when the batch prepared it
             if not mapped.hold():  # mapped already when the batch prepared it
                 break
             try:
@@ -145,23 +158,28 @@ class ConsumeQueue:
         return wrote
 
     def prepare(self, queue_offset: int, count: int, held: list[MappedFile]) -> None:
-        """Allocate now every segment the entries ``queue_offset`` to ``queue_offset + count - 1``
-        will go to, and hold each (appended to ``held``, for the caller to release after dispatch),
-        so that :meth:`put` never has to open or map one: DiskFullError when one does not fit,
-        ResourceExhaustedError when one cannot be opened or mapped."""
+        """Create now every segment the entries ``queue_offset`` to ``queue_offset + count - 1``
+        will go to, allocate the disk blocks they will be written to, and hold each segment
+        (appended to ``held``, for the caller to release after dispatch), so that :meth:`put` never
+        has to open, map or allocate: DiskFullError when the blocks do not fit,
+        ResourceExhaustedError when a segment cannot be opened or mapped."""
         start, end = queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE
-        last = self.files.last_file
+        files = self.files
+        last = files.last_file
         if (
             last is not None
             and last.file_from_offset <= start
             and end <= last.file_from_offset + last.file_size
         ):
             # The usual case: the entries go to the segment being written, which exists.
+            if end - last.file_from_offset > last.allocated:
+                files.reserve(last, end - last.file_from_offset)
             if last.hold():
                 held.append(last)
             return
-        self.files.prepare_range(start, end)
-        for mapped in self.files.segments_for(start, end):
+        files.prepare_range(start, end)
+        for mapped in files.segments_for(start, end):
+            files.reserve(mapped, min(mapped.file_size, end - mapped.file_from_offset))
             if mapped.hold():
                 held.append(mapped)
 

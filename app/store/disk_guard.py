@@ -8,9 +8,9 @@ The probe is a collaborator (a fake in tests). The clean service refreshes the g
 and an append refreshes it itself when the last probe is older than ``check_interval_ms``, so a disk
 filling up between two clean passes is still noticed within that interval.
 
-Every new file the store allocates (a CommitLog or ConsumeQueue segment, an index file) asks
-:meth:`DiskGuard.check_room` first: the probe is read again, and the file is refused while writes
-are refused or when it would leave less than :data:`RESERVE_BYTES` free. The reserve keeps room for
+Every allocation of disk blocks the store makes (a new segment or index file, the next chunk of
+one) asks :meth:`DiskGuard.check_room` first: the probe is read again, and the allocation is
+refused while writes are refused or when it would leave less than :data:`RESERVE_BYTES` free. The reserve keeps room for
 the small files that must still be written on a full disk (checkpoint, consumer offsets, topics).
 """
 
@@ -110,13 +110,13 @@ class DiskGuard:
             )
 
     def check_room(self, size_bytes: int) -> None:
-        """Before a new file of ``size_bytes`` is allocated: re-probe, and raise DiskFullError while
-        writes are refused or when the file would eat into the reserve."""
+        """Before ``size_bytes`` of disk are allocated: re-probe, and raise DiskFullError while
+        writes are refused or when the allocation would eat into the reserve."""
         self.refresh()
         if not self.writable:
             raise DiskFullError(
                 f"{self.where} is {self.used_percent:.1f} % full, over the {self.refuse_ratio:g} % limit: "
-                f"no new {size_bytes}-byte file until it is at or under {self.accept_ratio:g} %"
+                f"no allocation of {size_bytes} bytes until it is at or under {self.accept_ratio:g} %"
             )
         if self.free_bytes is None:
             return
@@ -127,6 +127,6 @@ class DiskGuard:
             return
         if free - size_bytes < RESERVE_BYTES:
             raise DiskFullError(
-                f"{self.where} has {free} bytes free: a new {size_bytes}-byte file would leave less "
+                f"{self.where} has {free} bytes free: allocating {size_bytes} more would leave less "
                 f"than the {RESERVE_BYTES}-byte reserve (writes resume when space returns)"
             )

@@ -11,6 +11,11 @@ Every request is answered by its deadline (``sync_flush_timeout_ms``), whatever 
 flush thread answers False for a request it could not bring to disk in time, and a watchdog thread
 answers False for requests the flush thread cannot reach because it is stuck inside ``fdatasync``.
 A request is answered once; the later answer is dropped.
+
+The thorough ConsumeQueue flush (and the last one at a stop) forces many dirty queues with a single
+``syncfs`` of their file system instead of one ``fdatasync`` per segment (:func:`flush_together`):
+a store with tens of thousands of queues written a little each would otherwise wait for the disk
+tens of thousands of times in a row.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from pathlib import Path
 
+from app.store.atomic_file import sync_file_system
 from app.store.checkpoint import Checkpoint
+from app.store.mapped_file import MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
 from app.store.service import ServiceThread
 
@@ -233,6 +241,71 @@ class AsyncFlushService(ServiceThread):
         self.flusher.flush_all()
 
 
+# How many dirty ConsumeQueues a flush of everything needs before it forces their whole file system
+# with one ``syncfs`` rather than each of their segments with an ``fdatasync``. Below it the
+# per-file syncs are cheaper: a ``syncfs`` also writes back every other dirty file of that file
+# system (the CommitLog's unflushed tail, other programs' files), which a few queues do not repay.
+SYNCFS_AT_QUEUES = 64
+
+
+class UnflushedBytes:
+    """What of a queue a file system sync is about to make durable, taken before the sync: each
+    segment that has unflushed bytes or a name not yet forced, with how far it was written.
+
+    Only what was written before the sync started can be counted as flushed after it: bytes a
+    writer adds meanwhile may or may not have been written back, so they wait for the next flush.
+    """
+
+    __slots__ = ("files", "segments")
+
+    def __init__(self, files: MappedFileQueue) -> None:
+        self.files = files
+        self.segments: list[tuple[MappedFile, int]] = []
+        for mapped in files.files:
+            wrote = mapped.wrote_position
+            if mapped.flushed_position < wrote or not mapped.directory_synced:
+                self.segments.append((mapped, wrote))
+
+    def mark_flushed(self) -> None:
+        """After the sync: record what it made durable as :meth:`MappedFileQueue.flush` would have.
+
+        Each segment taken is flushed up to where it was written, and its name (and the directories
+        made for it) is on disk: the sync wrote back every directory entry made before it. The
+        queue's ``flushed_where`` then moves where :meth:`MappedFileQueue.flush_all` would have
+        taken it, and no further: from where it is, across every segment flushed whole, to the
+        flushed end of the first segment that is not (the last one taken, or one that began after
+        the snapshot and still has everything to flush).
+        """
+        for mapped, wrote in self.segments:
+            if mapped.flushed_position < wrote:
+                mapped.flushed_position = wrote
+            mapped.directory_synced = True
+        files = self.files
+        reached = files.flushed_where
+        for mapped in files.files:
+            start = mapped.file_from_offset
+            if start + mapped.file_size <= reached:
+                continue  # wholly below: flushed before
+            if start > reached:
+                break  # flush would not find a segment at ``reached`` either
+            reached = max(reached, start + mapped.flushed_position)
+            if mapped.flushed_position < mapped.file_size:
+                break
+        if reached > files.flushed_where:
+            files.flushed_where = reached
+
+
+def flush_together(queues: Sequence[MappedFileQueue], sync_root: Path) -> None:
+    """Bring every queue of ``queues`` to disk up to what was written when the call began, with one
+    ``syncfs`` of the file system holding ``sync_root`` (where the queues are), then mark them
+    flushed. Bytes written during the call stay unflushed; OSError when the sync failed, and then
+    nothing is marked."""
+    taken = [UnflushedBytes(files) for files in queues]
+    sync_file_system(sync_root)
+    for unflushed in taken:
+        unflushed.mark_flushed()
+
+
 class DirtyQueues:
     """The ConsumeQueues written since they were last flushed whole: the flush visits only these,
     not every queue the store has."""
@@ -256,7 +329,12 @@ class DirtyQueues:
 
 
 class ConsumeQueueFlushService(ServiceThread):
-    """Flushes the dirty ConsumeQueues, then the checkpoint that says how far they are on disk."""
+    """Flushes the dirty ConsumeQueues, then the checkpoint that says how far they are on disk.
+
+    Given ``sync_root`` (the directory the queues are under), a flush of everything that finds at
+    least :data:`SYNCFS_AT_QUEUES` dirty queues forces them with one ``syncfs`` of that file system
+    (:func:`flush_together`); without it every queue is flushed segment by segment.
+    """
 
     name = "consumequeue-flush"
 
@@ -270,9 +348,11 @@ class ConsumeQueueFlushService(ServiceThread):
         before_checkpoint: Callable[[], None] = lambda: None,
         covered_timestamp: Callable[[], int] = lambda: 0,
         covered_offset: Callable[[], int] = lambda: 0,
+        sync_root: Path | None = None,
     ) -> None:
         super().__init__(interval_ms / 1000)
         self.dirty = dirty
+        self.sync_root = sync_root
         self.checkpoint = checkpoint
         self.pages = ThoroughEvery(least_pages, thorough_ms)
         self.before_checkpoint = before_checkpoint
@@ -287,6 +367,12 @@ class ConsumeQueueFlushService(ServiceThread):
         covered_offset = self.covered_offset()
         queues = self.dirty.take()
         try:
+            if least_pages == 0 and self.sync_root is not None and len(queues) >= SYNCFS_AT_QUEUES:
+                flush_together(queues, self.sync_root)
+                flushed, queues = queues, []
+                for files in flushed:
+                    if files.flushed_where < files.max_offset:
+                        self.dirty.mark(files)  # written during the sync: left for a later pass
             while queues:
                 files = queues[-1]
                 if least_pages == 0:

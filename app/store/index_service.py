@@ -273,6 +273,13 @@ class IndexService(ServiceThread):
         while True:
             position = current.index_messages(records, placements, position, self._key_prefixes)
             self._dirty = True
+            if current.stalled is not None:
+                # No room for the file's next chunk: as when a new file does not fit.
+                if self._retry_allocate_s == float("-inf"):
+                    log.error("indexing paused, no room for more index entries: %s", current.stalled)
+                self._retry_allocate_s = time.monotonic() + RETRY_ALLOCATE_S
+                self.skipped_messages += len(records) - position
+                return
             if position >= len(records):
                 return
             # The next message's keys do not fit: it starts a new file (an empty file takes any).

@@ -1,14 +1,22 @@
-"""An ordered run of equally sized segments that together form one logical file.
+r"""An ordered run of equally sized segments that together form one logical file.
 
 Offsets are global: segment ``k`` covers ``[from_k, from_k + file_size)`` and is named ``from_k``.
 The list of segments is replaced, never mutated in place, so a flush thread can walk a snapshot of it
 while the writer rolls to a new segment.
 
-Segments can be prepared ahead (:meth:`MappedFileQueue.prepare`): allocated on disk and mapped under
-a ``.spare`` name, not yet part of the queue (no reader, flusher or recovery sees them) until
-:meth:`MappedFileQueue.new_file` takes the next one and renames it. A writer that prepares every
-segment a write needs before writing any of it either writes all of it or, on a full disk, nothing
-(:class:`DiskFullError`). Spares are deleted at close, and at load when a crash left them.
+Disk blocks are allocated a chunk at a time (the queue's :class:`~app.store.mapped_file.Growth`):
+a new segment gets its first chunk, and a writer :meth:`MappedFileQueue.reserve`\ s the bytes it is
+about to write before writing any of them, so that a full disk refuses a write whole
+(:class:`DiskFullError`) instead of faulting in the middle of it.
+
+Segments can be prepared ahead (:meth:`MappedFileQueue.prepare`): created with their first chunk and
+mapped under a spare name, not yet part of the queue (no reader, flusher or recovery sees them) until
+:meth:`MappedFileQueue.new_file` takes the next one and renames it. A spare is named ``<offset>.spare``
+in the queue's directory, or, for a queue given a ``spare_directory`` (the CommitLog's), by its
+offset in that directory, so that the queue's own directory holds nothing but its segments (as
+RocketMQ's MappedFileQueue, which loads every file it finds there, expects). A writer that prepares
+every segment a write needs before writing any of it either writes all of it or, on a full disk,
+nothing. Spares are deleted at close, and at load when a crash left them.
 
 A queue given a :class:`~app.store.file_cache.SegmentCache` (a ConsumeQueue's) maps nothing at load:
 its segments are known by name and mapped when held (see :mod:`app.store.file_cache`).
@@ -23,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.store.errors import StoreConfigError
-from app.store.mapped_file import PAGE_SIZE, MappedFile, segment_name
+from app.store.mapped_file import PAGE_SIZE, Growth, MappedFile, make_directories, segment_name
 
 if TYPE_CHECKING:
     from app.store.file_cache import SegmentCache
@@ -38,17 +46,22 @@ class MappedFileQueue:
         file_size: int,
         cache: SegmentCache | None = None,
         check_room: Callable[[int], None] | None = None,
+        growth: Growth | None = None,
+        spare_directory: Path | None = None,
     ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.cache = cache
+        # How segments get their disk blocks (None: whole at creation).
+        self.growth = growth or Growth(file_size, file_size)
+        self.spare_directory = spare_directory
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         # Segments taken off the queue by retention whose deletion waits for their readers.
         self.doomed: list[MappedFile] = []
         # Allocated segments that follow the last one, in order, not yet part of the queue.
         self.prepared: list[MappedFile] = []
-        # Called with a new segment's size before it is allocated: raises DiskFullError to refuse.
+        # Called with the size of each allocation before it is made: raises DiskFullError to refuse.
         self.check_room = check_room
         # Called when a segment joined the queue (to have the next one prepared).
         self.on_new_file: Callable[[], None] | None = None
@@ -59,6 +72,9 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every existing segment (with a cache: only name them); positions are set later by
         recovery."""
+        if self.spare_directory is not None and self.spare_directory.is_dir():
+            for spare in self.spare_directory.iterdir():  # prepared, never written
+                spare.unlink()
         try:
             with os.scandir(self.directory) as entries:
                 listed = [entry.name for entry in entries]
@@ -85,7 +101,7 @@ class MappedFileQueue:
                         )
                     mapped = MappedFile.lazy(path, self.file_size, cache)
                 else:
-                    mapped = MappedFile(path, self.file_size)
+                    mapped = MappedFile(path, self.file_size, first_chunk=self.growth.first)
                 files.append(mapped)
                 mapped.wrote_position = mapped.flushed_position = self.file_size
             for previous, current in zip(files, files[1:], strict=False):
@@ -170,6 +186,9 @@ class MappedFileQueue:
                 return None
             self.prepared = prepared[1:]
             mapped = prepared[0]
+            if self.spare_directory is not None:
+                # The spare directory's are of no account; the queue's may not exist yet.
+                mapped.new_directories = make_directories(self.directory)
             mapped.rename(self.directory / segment_name(start))
             return self._add(mapped, first)
 
@@ -221,9 +240,30 @@ class MappedFileQueue:
         return [m for m in candidates if m.file_from_offset < end and start < m.file_from_offset + size]
 
     def _create(self, start: int, suffix: str) -> MappedFile:
+        first = min(self.file_size, self.growth.first)
         if self.check_room is not None:
-            self.check_room(self.file_size)
-        return MappedFile.create(self.directory, start, self.file_size, suffix, self.cache)
+            self.check_room(first)
+        directory = self.directory
+        if suffix and self.spare_directory is not None:
+            directory, suffix = self.spare_directory, ""
+        return MappedFile.create(
+            directory, start, self.file_size, suffix, self.cache, first, self.growth.fill
+        )
+
+    def reserve(self, mapped: MappedFile, end: int) -> None:
+        """Make sure ``mapped``'s bytes ``[0, end)`` have disk blocks before they are written
+        (:meth:`MappedFile.reserve`); DiskFullError when the next chunk does not fit."""
+        if end > mapped.allocated:
+            mapped.reserve(end, self.growth, self.check_room)
+
+    def reserve_ahead(self, ahead: int) -> None:
+        """Once less than half of ``ahead`` is allocated past the writer's position in the last
+        segment, allocate up to ``ahead`` past it (or up to the segment's end), so that the writer
+        rarely waits for an allocation and no more than one and a half times ``ahead`` is allocated
+        ahead of it."""
+        last = self.last_file
+        if last is not None and not last.is_full and last.allocated - last.wrote_position < ahead // 2:
+            self.reserve(last, min(self.file_size, last.wrote_position + ahead))
 
     def _drop_prepared(self) -> None:
         with self._spares_lock:

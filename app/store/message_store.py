@@ -44,11 +44,13 @@ from app.store.errors import NO_SPACE, DiskFullError, ReplicaReadOnlyError, Stor
 from app.store.file_cache import SegmentCache
 from app.store.filter import MessageFilter
 from app.store.flush import (
+    SYNCFS_AT_QUEUES,
     CommitLogFlusher,
     ConsumeQueueFlushService,
     DirtyQueues,
     FlushListener,
     GroupCommitService,
+    flush_together,
 )
 from app.store.index_service import IndexService
 from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
@@ -130,6 +132,8 @@ class MessageStore:
             self.dispatcher.dispatch_run,
             on_batch=self.index_service.submit if self.index_service is not None else None,
             check_room=check_room,
+            chunk_size=config.commitlog_chunk_size,
+            spare_directory=config.spare_dir,
         )
         self.flusher = flusher(self.commitlog.files, self.checkpoint)
         self.flusher.on_flush = on_flush
@@ -246,8 +250,16 @@ class MessageStore:
             pass  # wait for an append in progress
         self.services.stop()
         self.flusher.flush_all()
-        for queue in self.queues.all():
-            queue.files.flush_all()
+        # The ConsumeQueue flush drained at its stop; whatever it left (it failed, or stopped too
+        # slowly) is flushed here, with one sync of the file system when many queues are left.
+        unflushed = [
+            queue.files for queue in self.queues.all() if queue.files.flushed_where < queue.files.max_offset
+        ]
+        if len(unflushed) >= SYNCFS_AT_QUEUES:
+            flush_together(unflushed, self.config.consumequeue_dir)
+        else:
+            for files in unflushed:
+                files.flush_all()
         self.checkpoint.commitlog_timestamp = max(
             self.checkpoint.commitlog_timestamp, self.commitlog.last_store_timestamp()
         )

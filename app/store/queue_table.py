@@ -78,6 +78,7 @@ class QueueTable:
                         self.config.consumequeue_file_entries,
                         self.segment_cache,
                         check_room,
+                        self.config.consumequeue_chunk_size,
                     )
                     # In place: copying the table for each new queue made a start with tens of
                     # thousands of queues quadratic. Readers only get() from it or copy it whole

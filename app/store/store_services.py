@@ -59,7 +59,9 @@ class StoreServices:
         """``flusher`` forces the CommitLog; ``covered_timestamp`` and ``covered_offset``: how far
         the ConsumeQueues reach once flushed (the checkpoint's ConsumeQueue fields)."""
         config = self.config
-        self.allocate_service = AllocateSegmentService(self.commitlog.files, config.disk_check_interval_ms)
+        self.allocate_service = AllocateSegmentService(
+            self.commitlog.files, config.disk_check_interval_ms, self.commitlog.chunk_size
+        )
         self.allocate_service.start()
         if config.flush_mode is FlushMode.SYNC:
             self.group_commit = GroupCommitService(
@@ -82,6 +84,7 @@ class StoreServices:
             config.flush_consumequeue_thorough_interval_ms,
             covered_timestamp=covered_timestamp,
             covered_offset=covered_offset,
+            sync_root=config.consumequeue_dir,
         )
         self.consumequeue_flush.start()
         if self.index_service is not None:

@@ -1,8 +1,9 @@
-"""A journal of what every ``fsync``/``fdatasync`` made durable, for power-loss tests.
+"""A journal of what every ``fsync``/``fdatasync``/``syncfs`` made durable, for power-loss tests.
 
 ``python -m tests.store.sync_journal`` runs the broker exactly as ``python -m app`` does, after
-wrapping ``os.fsync`` and ``os.fdatasync`` (the store forces data with nothing else: it never calls
-``mmap.flush``). A sync of a regular file first reads the file's whole content (that is at least what
+wrapping ``os.fsync``, ``os.fdatasync`` and the store's ``syncfs``
+(:data:`app.store.atomic_file.syncfs`); the store forces data with nothing else: it never calls
+``mmap.flush``. A sync of a regular file first reads the file's whole content (that is at least what
 the sync makes durable), then calls the real function, then appends an event to the journal in
 ``$WHARF_TEST_SYNC_JOURNAL/journal.bin``: a global sequence number, ``time.monotonic()`` (Linux's
 CLOCK_MONOTONIC is system-wide, so it compares with the test process's clock), the file's identity
@@ -11,6 +12,15 @@ listing, name -> identity. An identity is the inode number and the inode's gener
 system reuses the number of a deleted file (a renamed-over ``topics.json`` gives its number to the
 next new segment); on a file system without generations it is the inode number alone. Syncs of one
 file are serialised, so the journal never shows an older content after a newer one.
+
+A ``syncfs`` makes every file of the file system durable, and the directory entries too. The journal
+records those the store owns: the tree under the directory the store synced (``syncfs`` is called on
+a directory's descriptor). It reads the listing of every directory and the content of every regular
+file of that tree, holding each one's lock, then calls the real ``syncfs``, then appends one event
+per directory and per file, as the syncs of each would have. The locks are held across the call so
+that a sync of one of those files meanwhile is journaled before or after all of it, never between its
+read and its event; one ``syncfs`` is journaled at a time, so two of them never wait for each other's
+locks (an ``fsync`` holds one lock only).
 
 The event is written after the real sync returned and before the wrapper returns to the store, so a
 producer acknowledged because of a sync always finds that sync in the journal with an earlier
@@ -23,6 +33,7 @@ Frame: ``length (4, big-endian) | JSON header | changed pages (4096 B each, in h
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -32,7 +43,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +81,8 @@ SyncEvent = FileSync | DirectorySync
 
 
 class SyncRecorder:
-    """Wraps ``os.fsync`` and ``os.fdatasync`` so that every sync is journaled (see the module doc)."""
+    """Wraps ``os.fsync``, ``os.fdatasync`` and the store's ``syncfs`` so that every sync is journaled
+    (see the module doc)."""
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -79,10 +91,20 @@ class SyncRecorder:
         self._file_locks: dict[str, threading.Lock] = {}
         self._contents: dict[str, bytes] = {}
         self._seq = 0
+        self._file_system_lock = threading.Lock()
 
     def install(self) -> None:
         os.fsync = self._wrap(os.fsync)
         os.fdatasync = self._wrap(os.fdatasync)
+        # Imported only now, like the rest of the store: nothing of it runs before the wrapping.
+        from app.store import atomic_file
+
+        atomic_file.syncfs = self._wrap_file_system(atomic_file.syncfs)
+
+    def close(self) -> None:
+        """Close the journal: for a recorder installed in a test's own process, once the functions it
+        wrapped are put back (a broker's journal stays open until the broker dies)."""
+        os.close(self._journal)
 
     def _wrap(self, real: Callable[[int], None]) -> Callable[[int], None]:
         @functools.wraps(real)
@@ -106,6 +128,41 @@ class SyncRecorder:
                     content = _content(number)
                     real(fd)
                     self._record_file(identity, path, content)
+            return None
+
+        return synced
+
+    def _wrap_file_system(self, real: Callable[[int], None]) -> Callable[[int], None]:
+        @functools.wraps(real)
+        def synced(fd: int) -> None:
+            try:
+                is_directory = stat.S_ISDIR(os.fstat(fd).st_mode)
+            except OSError:
+                return real(fd)
+            if not is_directory:  # the store only ever syncs through a directory
+                return real(fd)
+            root = os.readlink(f"/proc/self/fd/{fd}")
+            with self._file_system_lock, contextlib.ExitStack() as held:
+                seen: set[str] = set()
+                synced_now: list[tuple[str, str, dict[str, tuple[str, bool]] | bytes]] = []
+                for path, number in _tree(root):
+                    identity = file_identity(number)
+                    if identity in seen:  # a second name of one file
+                        continue
+                    seen.add(identity)
+                    held.enter_context(self._file_lock(identity))
+                    if stat.S_ISDIR(os.fstat(number).st_mode):
+                        synced_now.append((identity, path, _listing(number)))
+                    else:
+                        synced_now.append((identity, path, _content(number)))
+                real(fd)
+                for identity, path, state in synced_now:
+                    if isinstance(state, bytes):
+                        self._record_file(identity, path, state)
+                    else:
+                        self._record(
+                            {"kind": "dir", "identity": identity, "path": path, "entries": state}, []
+                        )
             return None
 
         return synced
@@ -189,6 +246,41 @@ def _listing(fd: int) -> dict[str, tuple[str, bool]]:
         finally:
             os.close(entry)
     return entries
+
+
+def _tree(root: str) -> Iterator[tuple[str, int]]:
+    """Every directory (``root`` first) and regular file under ``root``, as its path and a
+    descriptor open for the time of one step of the iteration; names removed meanwhile are skipped
+    (the sync may or may not carry them), symbolic links are not followed."""
+    directories = [root]
+    while directories:
+        directory = directories.pop()
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        try:
+            yield directory, fd
+            names = sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                directories.append(path)
+            elif stat.S_ISREG(info.st_mode):
+                try:
+                    entry = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                except FileNotFoundError:
+                    continue
+                try:
+                    yield path, entry
+                finally:
+                    os.close(entry)
 
 
 def read_journal(directory: Path) -> list[SyncEvent]:

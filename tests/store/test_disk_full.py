@@ -5,7 +5,11 @@ opens on a full disk. Most tests run on a real small file system (a size-limited
 from __future__ import annotations
 
 import errno
+import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,20 +83,48 @@ def state(store: MessageStore) -> tuple[int, dict[tuple[str, int], int]]:
 # -- allocation ----------------------------------------------------------------------------------
 
 
-def test_every_new_file_is_allocated_not_sparse(make_store: Any) -> None:
-    store = make_store()
+def test_a_new_file_costs_its_first_chunk_and_every_written_byte_is_allocated(make_store: Any) -> None:
+    store = make_store(
+        commitlog_file_size=64 << 20,
+        commitlog_chunk_size=1 << 20,
+        consumequeue_file_entries=300_000,
+        max_hash_slots=1024,
+        max_index_count=1_000_000,
+    )
     store.append([message(KEYS="k")])
     assert store.index_service is not None and store.index_service.wait_indexed()
-    wait_until(lambda: spare_ready(store), what="the next segment allocated ahead")
-    files = [
-        *store.commitlog.files.files,
-        *store.commitlog.files.prepared,
-        *store.consume_queues[("orders", 0)].files.files,
-        *(index.mapped for index in store.index_service.files),
-    ]
-    assert len(files) == 4
-    for mapped in files:
-        assert blocks_allocated(mapped.path) >= mapped.file_size, mapped.path
+    wait_until(lambda: spare_ready(store), what="the next segment prepared ahead")
+    segment, spare = store.commitlog.files.files[0], store.commitlog.files.prepared[0]
+    queue = store.consume_queues[("orders", 0)].files.files[0]
+    index = store.index_service.files[0].mapped
+    for mapped, allocated in (
+        (segment, 1 << 20),
+        (spare, 1 << 20),
+        (queue, 4096),  # one page: 204 entries
+        (index, 40 + 1024 * 4 + (2 << 20)),  # header, slots and the first chunk of entries
+    ):
+        assert os.stat(mapped.path).st_size == mapped.file_size, mapped.path  # the logical size
+        assert mapped.allocated == min(allocated + 4095 - (allocated + 4095) % 4096, mapped.file_size)
+        assert mapped.allocated >= mapped.wrote_position
+        assert mapped.allocated <= blocks_allocated(mapped.path) < mapped.allocated + (64 << 10), mapped.path
+    # The next segment is prepared apart: the CommitLog's directory holds only 20-digit segments.
+    assert [p.name for p in store.config.commitlog_dir.iterdir()] == [segment.path.name]
+    assert spare.path.parent == store.config.spare_dir and spare.path.name.isdigit()
+
+
+def test_a_queue_allocates_a_chunk_ahead_of_its_entries_doubling_up_to_the_chunk_size(
+    make_store: Any,
+) -> None:
+    store = make_store(consumequeue_file_entries=300_000, consumequeue_chunk_size=16 << 10)
+    files = store.consume_queues
+    seen = []
+    for _ in range(10):
+        store.append([message(body=b"x") for _ in range(250)])
+        segment = files[("orders", 0)].files.files[0]
+        seen.append(segment.allocated)
+        assert segment.wrote_position <= segment.allocated <= blocks_allocated(segment.path)
+    # 4 KiB, then 8 KiB, 16 KiB, then 16 KiB at a time.
+    assert sorted(set(seen)) == [8 << 10, 16 << 10, 32 << 10, 48 << 10, 64 << 10]
 
 
 def test_a_file_that_does_not_fit_raises_disk_full_and_leaves_nothing(disk: Path) -> None:
@@ -104,22 +136,60 @@ def test_a_file_that_does_not_fit_raises_disk_full_and_leaves_nothing(disk: Path
     assert free_bytes(disk) == free
 
 
-def test_without_posix_fallocate_zeros_are_written(disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_posix_fallocate_zeros_fill_the_holes_and_never_overwrite_data(
+    disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def unsupported(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.EOPNOTSUPP, "Operation not supported")
 
     # The file systems at hand all support posix_fallocate: this one pretends not to.
     monkeypatch.setattr(os, "posix_fallocate", unsupported)
-    fd = os.open(disk / "zeros", os.O_RDWR | os.O_CREAT)
+    path = disk / "zeros"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
-        allocate(fd, 3 << 20, disk / "zeros")
+        os.ftruncate(fd, 8 << 20)
+        os.pwrite(fd, b"data" * 1024, 1 << 20)  # a page of data inside the range
+        allocate(fd, 0, 3 << 20, path)
+        assert os.pread(fd, 4096, 1 << 20) == b"data" * 1024
     finally:
         os.close(fd)
-    assert blocks_allocated(disk / "zeros") >= 3 << 20
+    assert (3 << 20) <= blocks_allocated(path) < (4 << 20)
     fill(disk, leave_bytes=1 << 20)
     with pytest.raises(DiskFullError):
         MappedFile.create(disk, 1 << 30, 2 << 20)
     assert not (disk / "00000000001073741824").exists()
+
+
+def run_chunk_child(scenario: str, disk: Path) -> dict[str, Any]:
+    """Run :mod:`tests.store.chunk_child` on ``disk``; a SIGBUS there is a byte written past the
+    allocated blocks."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.store.chunk_child", scenario, str(disk / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode != -signal.SIGBUS, "a write touched a page with no disk block behind it"
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_a_commitlog_chunk_that_does_not_fit_mid_segment_refuses_the_batch_whole(disk: Path) -> None:
+    found = run_chunk_child("commitlog", disk)
+    assert found["refused"] and "allocating 1048576 more" in found["refused"], found
+    assert found["mid_segment"] and found["wrote"] <= found["allocated"], found
+    assert found["read_back"] == found["acked"] and found["in_order"], found
+    # Writes resume once space returns, without a restart, after what was stored.
+    assert found["resumed_at"] == found["acked"] and found["after"] == found["acked"] + 1
+
+
+def test_a_consume_queue_chunk_that_does_not_fit_refuses_the_batch_whole(disk: Path) -> None:
+    found = run_chunk_child("consumequeue", disk)
+    assert found["refused"] and found["unchanged"], found
+    assert found["allocated"] == 2 * 4096 < found["file_size"], found  # the next page, once freed
+    assert found["resumed_at"] == 4096 // 20
 
 
 # -- a batch is refused whole --------------------------------------------------------------------
