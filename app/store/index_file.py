@@ -204,6 +204,7 @@ class IndexFile:
         placements: Sequence[Placement],
         start: int,
         prefixes: dict[str, int],
+        check_room: Callable[[int], None] | None = None,
     ) -> int:
         """Index messages from ``start`` on, in log order, until they are done or the next one's
         keys do not all fit; returns the position of the first message not indexed.
@@ -211,7 +212,7 @@ class IndexFile:
         One message's entries always share a file (only a message with more keys than an empty
         file holds is cut short). ``prefixes`` caches the CRC of "topic#" per topic. Entries go
         only into allocated bytes: the next chunk is allocated first, and when it does not fit,
-        indexing stops there with :attr:`stalled` set.
+        indexing stops there with :attr:`stalled` set (``check_room`` vets each chunk's size).
         """
         self.stalled = None
         room = ROOM_ENTRIES
@@ -219,7 +220,7 @@ class IndexFile:
         while True:
             wanted = min(self.max_index_count, self.next_entry + room)
             try:
-                self.mapped.reserve(self._entries_at + wanted * ENTRY_SIZE, self.growth)
+                self.mapped.reserve(self._entries_at + wanted * ENTRY_SIZE, self.growth, check_room)
             except DiskFullError as error:
                 self.stalled = error
                 return position

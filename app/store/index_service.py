@@ -13,10 +13,11 @@ that timestamp and rolls the last one back to its header (or drops it when it ca
 :meth:`IndexService.rebuild` indexes the CommitLog again from where the kept files end, on the index
 thread before anything appended since (start-up does not wait for it; a lookup does).
 
-A full disk: index files are allocated whole when created (never sparse). When a new one cannot be
-allocated, the thread does not stop and neither does the store: it logs, skips indexing (messages
-stored meanwhile are not found by key, only by id) and tries a new file again at most every
-:data:`RETRY_ALLOCATE_S` until space returns.
+A full disk: an index file gets its disk blocks before they are written (its slots when created,
+its entries a chunk at a time, see :mod:`app.store.index_file`). When a new file or the next chunk
+cannot be allocated, the thread does not stop and neither does the store: it logs, skips indexing
+(messages stored meanwhile are not found by key, only by id) and tries a new file again at most every
+:data:`RETRY_ALLOCATE_S` (the next chunk with the next batch) until space returns.
 """
 
 from __future__ import annotations
@@ -271,7 +272,9 @@ class IndexService(ServiceThread):
                 self.skipped_messages += len(records)
                 return
         while True:
-            position = current.index_messages(records, placements, position, self._key_prefixes)
+            position = current.index_messages(
+                records, placements, position, self._key_prefixes, self.check_room
+            )
             self._dirty = True
             if current.stalled is not None:
                 # No room for the file's next chunk: as when a new file does not fit.

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from app.store import DiskFullError, Message, MessageStore
+from app.store import DiskFullError, Message, MessageStore, index_file
 from app.store.atomic_file import write_atomically
 from app.store.consumer_offsets import OffsetPersistService
 from app.store.disk_guard import RESERVE_BYTES
@@ -257,6 +257,41 @@ def test_the_index_skips_while_no_index_file_fits_and_resumes_when_space_returns
         return bool(index.wait_indexed() and store.query_message_by_key("orders", "again"))
 
     wait_until(indexed_again, what="indexing to resume")
+
+
+def test_the_index_pauses_when_its_next_chunk_does_not_fit_and_resumes_when_space_returns(
+    open_store: Any, disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_file, "ENTRY_CHUNK", 64 << 10)
+    monkeypatch.setattr(index_file, "ROOM_ENTRIES", 16)
+    store = open_store(
+        max_hash_slots=16,
+        max_index_count=100_000,
+        commitlog_file_size=1 << 20,
+        consumequeue_file_entries=1_000,
+    )
+    index = store.index_service
+    assert index is not None
+    # The header and slots (104 bytes) and a chunk, in pages: 3,476 entries. Two keys a message.
+    store.append([message(body=b"a", KEYS=f"early{i} also{i}") for i in range(1720)])
+    assert index.wait_indexed() and index.skipped_messages == 0
+    mapped = index.files[0].mapped
+    allocated = mapped.allocated
+    filler = fill(disk, leave_bytes=RESERVE_BYTES + (16 << 10))  # room for no index chunk
+    store.append([message(body=b"b", KEYS=f"late{i} also{i}") for i in range(30)])  # stored, not all indexed
+    assert index.wait_indexed() and index.skipped_messages > 0
+    assert mapped.allocated == allocated and index.files[0].next_entry * 20 <= allocated
+    assert index._thread is not None and index._thread.is_alive()
+    assert [m.body for m in store.query_message_by_key("orders", "early1")] == [b"a"]
+
+    filler.unlink()
+
+    def indexed_again() -> bool:
+        store.append([message(body=b"c", KEYS="again")])
+        return bool(index.wait_indexed() and store.query_message_by_key("orders", "again"))
+
+    wait_until(indexed_again, what="indexing to resume")
+    assert mapped.allocated > allocated and len(index.files) == 1
 
 
 def test_a_store_opens_on_a_full_disk_even_when_the_index_needs_a_new_file(
