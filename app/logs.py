@@ -168,6 +168,17 @@ class JsonFormatter(_LineFormatter):
         ).decode()
 
 
+def json_event(event: str, logger: str, level: int = logging.INFO, **fields: Any) -> str:
+    """One line as :class:`JsonFormatter` writes it, for what the broker prints outside its loggers
+    (the start-up line on standard output, a note before logging is set up): with
+    ``WHARF_LOG_FORMAT=json`` every line the process writes is a JSON object."""
+    record = logging.makeLogRecord(
+        {"name": logger, "levelno": level, "levelname": logging.getLevelName(level), "msg": event}
+    )
+    record.__dict__.update(fields)
+    return JsonFormatter().format(record)
+
+
 class DropWebSocketHandshakes(logging.Filter):
     """Without the access log, uvicorn's per-socket lines (``"WebSocket /path" [accepted]``) go too."""
 

@@ -11,6 +11,7 @@ server and the settings; the client commands never import it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -23,6 +24,7 @@ from pydantic_settings import SettingsError
 
 from app.address import is_wildcard
 from app.cli.version import wharf_version
+from app.logs import json_event
 from app.server import WharfServer, server_config
 from app.settings import Settings
 from app.store import StoreLockedError
@@ -110,16 +112,34 @@ def startup_line(base_url: str) -> str:
     )
 
 
+def startup_event(base_url: str, log_format: str) -> str:
+    """:func:`startup_line`, as a JSON object under ``WHARF_LOG_FORMAT=json`` (with the addresses as
+    fields of their own)."""
+    line = startup_line(base_url)
+    if log_format != "json":
+        return line
+    return json_event(
+        line,
+        __name__,
+        version=wharf_version(),
+        api=f"{base_url}/v1/",
+        console=f"{base_url}/console/",
+        docs=f"{base_url}/docs",
+    )
+
+
 def announce_advertised_address(settings: Settings) -> None:
     """Say which address a broker bound to every interface puts into routes and message ids."""
     if settings.advertised_url or not is_wildcard(settings.host):
         return
-    print(
-        f"wharf: WHARF_HOST={settings.host} listens on every interface; routes and message ids carry "
-        f"{settings.resolved_advertised_url} (set WHARF_ADVERTISED_URL to the address clients use)",
-        file=sys.stderr,
-        flush=True,
+    note = (
+        f"WHARF_HOST={settings.host} listens on every interface; routes and message ids carry "
+        f"{settings.resolved_advertised_url} (set WHARF_ADVERTISED_URL to the address clients use)"
     )
+    if settings.log_format == "json":
+        print(json_event(note, __name__, logging.WARNING), file=sys.stderr, flush=True)
+    else:
+        print(f"wharf: {note}", file=sys.stderr, flush=True)
 
 
 def serve() -> None:
@@ -136,20 +156,23 @@ def serve() -> None:
     except AclFileError as error:  # one line, never the file's secrets
         print(f"wharf: {error}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_SETTING) from None
-    AnnouncingServer(server_config(app, settings), settings.resolved_advertised_url).run()
+    AnnouncingServer(
+        server_config(app, settings), settings.resolved_advertised_url, settings.log_format
+    ).run()
 
 
 class AnnouncingServer(WharfServer):
-    """Prints :func:`startup_line` once the socket is bound (the store is open by then)."""
+    """Prints :func:`startup_event` once the socket is bound (the store is open by then)."""
 
-    def __init__(self, config: uvicorn.Config, base_url: str) -> None:
+    def __init__(self, config: uvicorn.Config, base_url: str, log_format: str = "text") -> None:
         super().__init__(config)
         self.base_url = base_url
+        self.log_format = log_format
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if not self.should_exit:
-            print(startup_line(self.base_url), flush=True)
+            print(startup_event(self.base_url, self.log_format), flush=True)
 
 
 def healthcheck(timeout: float) -> None:

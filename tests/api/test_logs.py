@@ -121,8 +121,11 @@ def test_json_lines_carry_timestamp_level_event_logger_and_fields(tmp_path: Path
     broker = BrokerProcess(tmp_path / "store", log_level="info", log_format="json", access_log="true")
     lines = run_broker(broker, lambda: httpx.get(f"{broker.url}/healthz?probe=json"))
 
-    entries = [orjson.loads(line) for line in event_lines(lines)]  # every line parses
+    # Every line the process writes parses, the start-up line on standard output too.
+    entries = [orjson.loads(line) for line in lines]
     assert all({"timestamp", "level", "event", "logger"} <= entry.keys() for entry in entries)
+    (started,) = [entry for entry in entries if entry["logger"] == "app.cli.serving"]
+    assert started["event"].startswith("wharf ") and started["api"] == f"{broker.url}/v1/"
     events = {(entry["logger"], entry["event"]) for entry in entries}
     assert ("app.store.recovery", "recovery: normal (a new store)") in events
     assert ("app.server", "shutdown: SIGTERM received; stopping within 10 s") in events
