@@ -170,6 +170,18 @@ def _exit_forced(budget_s: float) -> None:
     os._exit(EXIT_FORCED)
 
 
+# How often uvicorn pings a WebSocket client (its default), and how much longer than the broker's own
+# bounds on a silent client it waits for the answer.
+WS_PING_INTERVAL_S = 20.0
+KEEPALIVE_MARGIN_S = 20.0
+
+
+def keepalive_timeout_s(settings: Settings) -> float:
+    """How long a WebSocket peer may leave a ping unanswered: past the broker's bounds, which close a
+    client that stopped reading first, with their own code and reason."""
+    return max(settings.ws_send_timeout_s, settings.ws_idle_timeout_s) + KEEPALIVE_MARGIN_S
+
+
 def server_config(app: FastAPI, settings: Settings, **overrides: object) -> uvicorn.Config:
     """The uvicorn configuration; raises the open-file limit first (see the module docstring)."""
     budget = descriptor_budget(raise_nofile_limit(), max_map_count(), settings.max_connections)
@@ -198,6 +210,12 @@ def server_config(app: FastAPI, settings: Settings, **overrides: object) -> uvic
         # The WebSocket library refuses (1009) a frame far over the largest cap before reading it
         # whole; frames just over a cap reach the endpoint, which closes with Wharf's reason.
         "ws_max_size": max(settings.ws_max_frame_bytes, settings.ws_produce_max_frame_bytes) + 64 * 1024,
+        # uvicorn's keepalive pings every WS_PING_INTERVAL_S and closes (1011, "keepalive ping
+        # timeout") a peer that answers none in time. A client that stops reading answers no ping
+        # either: its close must be the broker's own, with its reason (1013 after
+        # ws_send_timeout_s, 1008 after ws_idle_timeout_s), so the keepalive waits longer than both.
+        "ws_ping_interval": WS_PING_INTERVAL_S,
+        "ws_ping_timeout": keepalive_timeout_s(settings),
     }
     if settings.tls_certfile:
         options["ssl_certfile"] = settings.tls_certfile
