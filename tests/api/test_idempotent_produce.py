@@ -100,13 +100,19 @@ def test_beyond_max_entries_the_oldest_ids_are_forgotten_also_after_a_restart(st
 
 
 def test_once_its_window_is_over_an_id_is_stored_again(start_broker) -> None:  # type: ignore[no-untyped-def]
-    broker = start_broker(idempotency_window_s=1)
+    broker = start_broker(idempotency_window_s=2)
+    sent_at = time.monotonic()
     first = send(broker, "pay-1")[0]
+    # Within the window a retry is answered with the first message (a broker that forgot at once,
+    # or never remembered, stores it again here).
+    assert send(broker, "pay-1")[0] == first
     deadline = time.monotonic() + 30
-    while True:  # every retry within the window is answered with the first message
+    while True:
         again = send(broker, "pay-1")[0]
         if again["msg_id"] != first["msg_id"]:
+            forgotten_after = time.monotonic() - sent_at
             break
         assert time.monotonic() < deadline, "the id was never forgotten"
         time.sleep(0.05)
+    assert forgotten_after >= 2.0, f"forgotten {forgotten_after:.2f} s after it was sent, within its window"
     assert stored(broker) == ["pay pay-1", "pay pay-1"]

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import orjson
 import pytest
 
 from tests.api.server import BrokerProcess
@@ -129,4 +128,4 @@ def mixed_load(broker: BrokerProcess, client: httpx.Client, sample: object) -> N
                 received += len(frame["messages"])
                 reader.send(type="permit", n=len(frame["messages"]))
             sample()
-    assert orjson.dumps(received)  # the reading subscriber kept up with the pulls
+    assert received >= offset > 0  # the reading subscriber kept up with the pulls
