@@ -353,3 +353,53 @@ def test_of_two_slaves_the_one_that_holds_every_send_ok_is_promoted(tmp_path: Pa
         for process in (behind, ahead, master):
             process.kill()
         proxy.close()
+
+
+def test_two_slaves_promoted_at_once_one_wins_and_the_other_is_refused_in_time(
+    tmp_path: Path, registry: str
+) -> None:
+    """The master is killed and both slaves are asked to promote at the same instant: the registry's
+    compare-and-set lets one win; the other's request is answered 409 within the registry's timeout
+    (a promotion must not wait on its own replication task), and it follows the winner."""
+    master = broker(tmp_path, registry, "a", 0, broker_role="SYNC_MASTER").start()
+    first = broker(tmp_path, registry, "b", 1, broker_role="SLAVE").start()
+    second = broker(tmp_path, registry, "c", 2, broker_role="SLAVE").start()
+    try:
+        assert (
+            httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES}).status_code == 201
+        )
+        wait_until(lambda: len(ha(master)["slaves"]) == 2, what="both slaves to connect")
+        assert statuses(produce(master, ["before the race"])) == {"SEND_OK"}
+        wait_until(lambda: caught_up(master, first) and caught_up(master, second), what="both to catch up")
+        master.kill()
+        answers: dict[int, httpx.Response | BaseException] = {}
+        start = threading.Barrier(2)
+
+        def promote(number: int, slave: BrokerProcess) -> None:
+            start.wait()
+            try:
+                answers[number] = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=20)
+            except httpx.HTTPError as error:
+                answers[number] = error
+
+        threads = [threading.Thread(target=promote, args=pair) for pair in ((1, first), (2, second))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        codes = sorted(
+            answer.status_code if isinstance(answer, httpx.Response) else repr(answer)
+            for answer in answers.values()
+        )
+        assert codes == [200, 409], (codes, first.log()[-2000:], second.log()[-2000:])
+        # The loser went through the compare-and-set with the epoch it knew, not the "already master"
+        # branch: the registry refused it.
+        (refused,) = [a for a in answers.values() if isinstance(a, httpx.Response) and a.status_code == 409]
+        assert "promoted after epoch 0" in refused.text, refused.text
+        winner, loser = (first, second) if ha(first)["role"] != "SLAVE" else (second, first)
+        assert ha(loser)["role"] == "SLAVE"
+        assert registry_row(registry, "epoch") == 1
+        wait_until(lambda: caught_up(winner, loser), what="the other slave to follow the winner")
+    finally:
+        for process in (second, first, master):
+            process.kill()
