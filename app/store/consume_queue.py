@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.store.mapped_file import PAGE_SIZE, Growth, MappedFile
+from app.store.mapped_file import PAGE_SIZE, Growth, MappedFile, data_ranges
 from app.store.mapped_file_queue import MappedFileQueue
 
 if TYPE_CHECKING:
@@ -34,8 +34,9 @@ assert UNIT.size == 20
 UNIT_SIZE = UNIT.size
 # The most disk a segment allocates at a time, unless the store says otherwise.
 DEFAULT_CHUNK_SIZE = 1024 * 1024
-# Recovery reads a segment in chunks of whole entries.
+# Recovery reads a segment in chunks of whole entries: a page's worth first, then up to 64 KiB.
 READ_CHUNK = (64 * 1024 // UNIT_SIZE) * UNIT_SIZE
+FIRST_READ = (4096 // UNIT_SIZE) * UNIT_SIZE
 
 
 class ConsumeQueue:
@@ -329,10 +330,14 @@ def _read_valid_prefix(path: Path, usable: int, zero_stale: bool, skip_leading: 
     one (empty slots before the first entry are skipped with ``skip_leading``). ``zero_stale``:
     zero the entries that follow the first invalid one, up to a chunk of zeros."""
     valid = position = 0
+    # A page first, then twice as much each time: a queue that holds a few entries (most of them,
+    # in a store of many queues) is read with one small pread, not 64 KiB of zeros.
+    read_size = FIRST_READ
     fd = os.open(path, os.O_RDWR if zero_stale else os.O_RDONLY)
     try:
         while position < usable:
-            chunk = os.pread(fd, min(READ_CHUNK, usable - position), position)
+            chunk = os.pread(fd, min(read_size, usable - position), position)
+            read_size = min(read_size * 2, READ_CHUNK)
             if not chunk:
                 return valid
             for index, (physical_offset, size, _) in enumerate(UNIT.iter_unpack(chunk)):
@@ -351,9 +356,14 @@ def _read_valid_prefix(path: Path, usable: int, zero_stale: bool, skip_leading: 
 
 
 def _zero_stale(fd: int, position: int, usable: int) -> None:
+    """Zero what follows ``position`` chunk by chunk, up to a chunk that holds nothing but zeros.
+    Only the parts of a chunk that hold data are read: holes are zeros already (a queue segment is
+    mostly holes until it fills), and reading them would only fault zero pages in."""
     while position < usable:
-        chunk = os.pread(fd, min(READ_CHUNK, usable - position), position)
-        if not chunk or chunk.count(0) == len(chunk):
+        end = min(usable, position + READ_CHUNK)
+        ranges = list(data_ranges(fd, position, end))
+        if all(os.pread(fd, stop - start, start).count(0) == stop - start for start, stop in ranges):
             return
-        os.pwrite(fd, bytes(len(chunk)), position)
-        position += len(chunk)
+        for start, stop in ranges:
+            os.pwrite(fd, bytes(stop - start), start)
+        position = end
