@@ -63,7 +63,8 @@ class MappedFileQueue:
         self.prepared: list[MappedFile] = []
         # Called with the size of each allocation before it is made: raises DiskFullError to refuse.
         self.check_room = check_room
-        # Called when a segment joined the queue (to have the next one prepared).
+        # Wakes the allocating thread: called when a segment joined the queue (to have the next one
+        # prepared), and by the writer when it runs short of allocated bytes (to have the next chunk).
         self.on_new_file: Callable[[], None] | None = None
         # One allocation at a time; the short lock guards ``prepared`` and the end of ``files``.
         self._allocate_lock = threading.Lock()
