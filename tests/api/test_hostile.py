@@ -4,7 +4,11 @@ a 5xx, and the broker keeps serving: a produce and a pull succeed after every on
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import httpx
+import orjson
 import pytest
 
 from app.api.errors import ErrorCode
@@ -111,6 +115,30 @@ def test_odd_but_valid_data_is_taken_as_data(broker: BrokerProcess, raw: bytes) 
     answer = exchange(broker.port, raw)
     assert answer.status == 200, (answer.status, answer.body)
     assert_still_serving(broker)
+
+
+# What each produce of AS_DATA stored, as a pull shows the message.
+READ_BACK: dict[str, Callable[[dict[str, Any]], object]] = {
+    "a NUL in a tag": lambda message: message["tags"] == "a\u0000b",
+    "a NUL in a property name": lambda message: message["properties"].get("a\u0000b") == "v",
+    "a NUL in a key": lambda message: message["keys"] == ["a\u0000b"],
+    "a NUL in a unique id": lambda message: message["unique_id"] == "\u0000",
+}
+
+
+@pytest.mark.parametrize("case", READ_BACK)
+def test_odd_but_valid_data_reads_back_as_sent(
+    broker: BrokerProcess, client: httpx.Client, case: str
+) -> None:
+    answer = exchange(broker.port, AS_DATA[case])
+    assert answer.status == 200, (answer.status, answer.body)
+    (result,) = orjson.loads(answer.body)["results"]
+    pulled = client.get(
+        f"/v1/topics/{TOPIC}/queues/{result['queue_id']}/messages",
+        params={"offset": result["queue_offset"], "max_messages": 1},
+    )
+    (message,) = pulled.json()["messages"]
+    assert READ_BACK[case](message), message
 
 
 def test_a_nul_in_a_tag_reads_back_as_sent(client: httpx.Client) -> None:
