@@ -173,8 +173,7 @@ class ConsumeQueue:
             and end <= last.file_from_offset + last.file_size
         ):
             # The usual case: the entries go to the segment being written, which exists.
-            if end - last.file_from_offset > last.allocated:
-                files.reserve(last, end - last.file_from_offset)
+            files.reserve(last, end - last.file_from_offset)
             if last.hold():
                 held.append(last)
             return

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import mmap
 import os
 import threading
@@ -47,8 +46,6 @@ from typing import Protocol
 from app.store.atomic_file import fsync_directory
 from app.store.errors import NO_RESOURCES, NO_SPACE, DiskFullError, ResourceExhaustedError, StoreConfigError
 from app.store.kernel import compiled
-
-log = logging.getLogger(__name__)
 
 
 class SegmentCache(Protocol):
@@ -63,7 +60,6 @@ class SegmentCache(Protocol):
 
 PAGE_SIZE = 4096
 OFFSET_NAME_DIGITS = 20
-BLOCK_SIZE = 512  # the unit of st_blocks
 ZERO_CHUNK = 1 << 20
 # posix_fallocate is not supported here: fall back to writing zeros.
 NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})

@@ -233,6 +233,18 @@ def test_a_batch_is_refused_whole_when_a_consume_queue_segment_it_needs_does_not
 # -- the message index ----------------------------------------------------------------------------
 
 
+def wait_until_indexed_again(store: MessageStore) -> None:
+    """Append a keyed message until one is found by its key: indexing resumed."""
+    index = store.index_service
+    assert index is not None
+
+    def indexed_again() -> bool:
+        store.append([message(body=b"c", KEYS="again")])
+        return bool(index.wait_indexed() and store.query_message_by_key("orders", "again"))
+
+    wait_until(indexed_again, what="indexing to resume")
+
+
 def test_the_index_skips_while_no_index_file_fits_and_resumes_when_space_returns(
     open_store: Any, disk: Path
 ) -> None:
@@ -250,12 +262,7 @@ def test_the_index_skips_while_no_index_file_fits_and_resumes_when_space_returns
     assert [m.body for m in store.query_message_by_key("orders", "early1")] == [b"a"]
 
     filler.unlink()
-
-    def indexed_again() -> bool:
-        store.append([message(body=b"c", KEYS="again")])
-        return bool(index.wait_indexed() and store.query_message_by_key("orders", "again"))
-
-    wait_until(indexed_again, what="indexing to resume")
+    wait_until_indexed_again(store)
 
 
 def test_the_index_pauses_when_its_next_chunk_does_not_fit_and_resumes_when_space_returns(
@@ -284,12 +291,7 @@ def test_the_index_pauses_when_its_next_chunk_does_not_fit_and_resumes_when_spac
     assert [m.body for m in store.query_message_by_key("orders", "early1")] == [b"a"]
 
     filler.unlink()
-
-    def indexed_again() -> bool:
-        store.append([message(body=b"c", KEYS="again")])
-        return bool(index.wait_indexed() and store.query_message_by_key("orders", "again"))
-
-    wait_until(indexed_again, what="indexing to resume")
+    wait_until_indexed_again(store)
     assert mapped.allocated > allocated and len(index.files) == 1
 
 
