@@ -14,8 +14,8 @@ from typing import Generic, Self, TypeVar
 import httpx
 
 from app.client.auth import User, basic_auth
-from app.client.errors import BrokerUnavailableError, raise_for_envelope, transport_reason
-from app.client.routes import TopicRoute
+from app.client.errors import BrokerUnavailableError, transport_reason
+from app.client.routes import TopicRoute, route_answer
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -80,20 +80,24 @@ class AsyncRouteCache:
 
     async def _fetch(self, topic: str) -> TopicRoute:
         addresses = list(self.bootstrap)
-        # Brokers learned from earlier routes can answer too, should the bootstrap ones be down.
-        for _, route in self._routes.values():
-            for queue in route.write_queues + route.read_queues:
-                if queue.address not in addresses:
-                    addresses.append(queue.address)
-        errors = []
+        # Brokers learned from earlier routes can answer too, should the bootstrap ones be down: the
+        # slaves as well, which still answer while their master is down.
+        for _, known in self._routes.values():
+            learned = [queue.address for queue in known.write_queues + known.read_queues]
+            learned += [address for by_id in known.brokers.values() for _, address in sorted(by_id.items())]
+            for address in learned:
+                if address not in addresses:
+                    addresses.append(address)
+        errors: list[str] = []
         for address in addresses:
             try:
                 response = await self.http.get(f"{address}/v1/topics/{topic}/route")
             except httpx.HTTPError as exc:
                 errors.append(f"{address}: {transport_reason(exc)}")
                 continue
-            raise_for_envelope(response)
-            return TopicRoute.from_json(response.json())
+            route = route_answer(address, response, errors)
+            if route is not None:
+                return route
         raise BrokerUnavailableError(f"no broker answered the route of {topic!r}: {'; '.join(errors)}")
 
 

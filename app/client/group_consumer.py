@@ -45,6 +45,9 @@ from app.tls import client_ssl_context
 NOT_A_MEMBER = 40407
 FENCED = 40904
 NOT_LOCKED = 40930
+# Answers after which the route is fetched again: a slave's "send to the master" and a broker that
+# is going away or cannot reach the registry.
+MOVED = frozenset({421, 503})
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,9 @@ class GroupConsumer(HttpOwner):
             try:
                 self.heartbeat()
             except (httpx.HTTPError, BrokerError, BrokerUnavailableError):
-                continue  # the next beat tries again; a broker that stays away drops the member
+                # The next beat tries again, with the route fetched again; a broker that stays
+                # away drops the member.
+                self.routes.forget(self.subscriptions)
 
     def poll(self, max_messages: int = 32, max_wait_ms: int = 0) -> GroupBatch:
         """One group pull from the next broker in turn (joining it again if it forgot the member)."""
@@ -178,11 +183,16 @@ class GroupConsumer(HttpOwner):
                 missing = len(self.locked.get(address, [])) < len(assignments)
             if missing:  # another member held some when they were assigned: ask again
                 self._lock_queues(address, assignments)
-        answer = self.http.get(url, params=params, timeout=timeout)
-        if answer.status_code == 404 and _error_code(answer) == NOT_A_MEMBER:
-            self._join(address)  # expired, or the broker restarted
+        try:
             answer = self.http.get(url, params=params, timeout=timeout)
-        raise_for_envelope(answer)
+            if answer.status_code == 404 and _error_code(answer) == NOT_A_MEMBER:
+                self._join(address)  # expired, or the broker restarted
+                answer = self.http.get(url, params=params, timeout=timeout)
+            raise_for_envelope(answer)
+        except (httpx.TransportError, BrokerError) as error:
+            if isinstance(error, httpx.TransportError) or error.status in MOVED:
+                self.routes.forget(self.subscriptions)  # a failover may have named another master
+            raise
         body = answer.json()
         with self._lock:
             self.generations[address] = body["generation"]

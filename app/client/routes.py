@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,13 @@ class TopicRoute:
                     for q in range(queue_data["read_queue_nums"])
                 ]
         return cls(data["topic"], tuple(sorted(write)), tuple(sorted(read)), brokers)
+
+    def addresses(self) -> list[str]:
+        """Every broker the route names: the queues' readers and writers, then each broker name's
+        masters and slaves (a slave still answers while its master is down)."""
+        found = [queue.address for queue in self.write_queues + self.read_queues]
+        found += [address for by_id in self.brokers.values() for _, address in sorted(by_id.items())]
+        return list(dict.fromkeys(found))
 
     def replicas(self, queue: MessageQueue) -> tuple[str, ...]:
         """The addresses that hold ``queue``: its own first, then the rest of its broker name's
@@ -125,26 +133,45 @@ class RouteCache:
         self._routes[topic] = (self.clock() + self.ttl_s, route)
         return route
 
+    def forget(self, topics: Iterable[str]) -> None:
+        """Fetch these topics' routes again at their next use: a broker of theirs failed, and the
+        route may name another master by now (a failover) or list a broker no more."""
+        for topic in topics:
+            if topic in self._routes:  # kept for its addresses, which can answer the next fetch
+                self._routes[topic] = (-math.inf, self._routes[topic][1])
+
     def _fetch(self, topic: str) -> TopicRoute:
         addresses = list(self.bootstrap)
         # Brokers learned from earlier routes can answer too, should the bootstrap ones be down.
         for _, route in self._routes.values():
-            for queue in route.write_queues + route.read_queues:
-                if queue.address not in addresses:
-                    addresses.append(queue.address)
+            for address in route.addresses():
+                if address not in addresses:
+                    addresses.append(address)
         return fetch_route(self.http.get, addresses, topic)
 
 
 def fetch_route(get: Callable[[str], httpx.Response], addresses: Sequence[str], topic: str) -> TopicRoute:
     """The topic's route from the first of ``addresses`` that answers. A broker's error envelope is
     raised as BrokerError (404 when no broker serves the topic); BrokerUnavailableError when none answers."""
-    errors = []
+    errors: list[str] = []
     for address in addresses:
         try:
             response = get(f"{address.rstrip('/')}/v1/topics/{topic}/route")
         except (httpx.HTTPError, BrokerUnavailableError) as exc:
             errors.append(f"{address}: {exc}")
             continue
-        raise_for_envelope(response)
-        return TopicRoute.from_json(response.json())
+        route = route_answer(address, response, errors)
+        if route is not None:
+            return route
     raise BrokerUnavailableError(f"no broker answered the route of {topic!r}: {'; '.join(errors)}")
+
+
+def route_answer(address: str, response: httpx.Response, errors: list[str]) -> TopicRoute | None:
+    """The route ``address`` answered; None (the reason added to ``errors``) when the broker failed
+    for a passing reason (5xx: it cannot reach the route registry, or is shutting down) and another
+    broker may answer. A refusal (a 4xx: no broker serves the topic, not allowed) is raised."""
+    if response.status_code >= 500:
+        errors.append(f"{address}: {response.status_code} {response.text[:200]}")
+        return None
+    raise_for_envelope(response)
+    return TopicRoute.from_json(response.json())
