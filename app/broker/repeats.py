@@ -14,6 +14,7 @@ from app.store.results import AppendResult, PutStatus
 
 if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
+    from app.broker.ha_role import HaRole
     from app.store import MessageStore
 
 
@@ -23,6 +24,7 @@ class Broker(Protocol):
     store: MessageStore
     delays: DelayedDelivery
     idempotency: IdempotencyWindow
+    ha: HaRole
 
 
 def stored_first(
@@ -40,7 +42,10 @@ def stored_first(
 
 async def answer_from_log(broker: Broker, topic: str, first: StoredMessage) -> dict[str, Any]:
     """The answer for a repeat: the first message, SEND_OK once it is as durable as the flush
-    mode promises (so a retry racing the first request waits for the same group commit)."""
+    mode and the replication mode promise (so a retry racing the first request waits for the same
+    group commit, and a retry of a message a SYNC_MASTER answered SLAVE_NOT_AVAILABLE is answered
+    SEND_OK only once a slave holds it: promised otherwise, a failover to a slave without it
+    would lose an acknowledged message)."""
     durable = True
     if broker.store.group_commit is not None:
         result = AppendResult(
@@ -59,7 +64,9 @@ async def answer_from_log(broker: Broker, topic: str, first: StoredMessage) -> d
         "unique_id": first.unique_id,
         "queue_id": first.queue_id,
         "queue_offset": first.queue_offset,
-        "status": "SEND_OK" if durable else "FLUSH_DISK_TIMEOUT",
+        "status": await broker.ha.confirm(first.physical_offset + first.size)
+        if durable
+        else "FLUSH_DISK_TIMEOUT",
     }
     if first.topic != topic:  # a scheduled message, waiting in an internal topic
         answer.update(broker.delays.answer_from_log(first))

@@ -35,6 +35,7 @@ from app.broker.errors import (
     TransactionEndedError,
     TransactionNotFoundError,
 )
+from app.broker.ha_role import HaRole
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
 from app.broker.producer_groups import ProducerGroups, validate_producer_group
@@ -83,6 +84,7 @@ class Broker(Protocol):
     delays: DelayedDelivery
     idempotency: IdempotencyWindow
     metrics: BrokerMetrics
+    ha: HaRole
 
     @property
     def unique_ids(self) -> UniqueIds: ...
