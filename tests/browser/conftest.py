@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.api.server import ROOT, BrokerProcess
+from tests.conftest import in_ci
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -30,10 +31,6 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 ARTIFACTS_DIR = Path(os.environ.get("WHARF_ARTIFACTS_DIR", ROOT / "tmp" / "artifacts"))
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
 def chromium_path() -> str | None:
