@@ -1,6 +1,6 @@
 """The asyncio WebSocket subscriber: the brokers push a topic's stored records, within credit.
 
-One socket per broker that serves the topic, ``/v1/ws/subscribe?format=binary`` (README
+One socket per broker name that serves the topic, ``/v1/ws/subscribe?format=binary`` (README
 "WebSocket"): each binary frame holds stored CommitLog records, decoded by the store's record
 decoder; text frames (``assignment``, ``committed``) are the broker's bookkeeping. A message counts
 as processed when the application asks for the next one, as with :class:`AsyncConsumer`; with a
@@ -13,12 +13,26 @@ They go out when half the credit is to be given back, and whenever the subscribe
 for the broker: a broker that waits for acks or credit is never left waiting by a client that waits
 for messages.
 
+A socket follows its broker name, not an address. It is opened on the name's master (route id 0);
+when that does not answer, on the next broker of the name that does (a slave serves subscriptions,
+with a group too: it commits the group's offsets and hands them to its master later). While on a
+slave it looks at the route every ``master_check_s`` and moves to the master once one answers (the
+old one back, or a slave promoted in its place) and, with a group, holds the offsets committed on
+the slave. A slave promoted under the socket simply becomes the master: the socket stays open.
+
 A socket the broker closes for a passing reason (shutting down, try again later, the connection
-dropped) is opened again after a pause; what it delivered and was not acknowledged comes again
-from the group's committed offset, and whatever of it still waits in the client is dropped (without
-a group the socket starts again at ``start``). Any
-other close ends the subscriber: :meth:`AsyncSubscriber.poll` raises it as a BrokerError whose
-``status`` is the close code less 4000 (4404 -> 404) and whose ``error_code`` leads the reason.
+dropped) is opened again after a pause, the route fetched afresh; any other close ends the
+subscriber: :meth:`AsyncSubscriber.poll` raises it as a BrokerError whose ``status`` is the close
+code less 4000 (4404 -> 404) and whose ``error_code`` leads the reason. Opened again, or moved:
+
+* with a group, it starts at the group's committed offsets: what it delivered and was not
+  acknowledged comes again, and whatever of it still waits in the client is dropped;
+* without one, each queue goes on after the last message handed out. The subscribe socket starts
+  only at ``last``, ``first`` or a time, so the subscriber reads what the broker stored past that
+  message over HTTP first (pulls of stored records, a page at a time as the application takes
+  them), then opens the socket at ``last`` and pulls what arrived in between. A broker whose queue
+  ends before that message (a promoted slave never had the old master's unconfirmed tail) is read
+  from its end.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,9 +55,10 @@ from app.client.aio import AsyncRouteCache, authorization_headers, bootstrap_lis
 from app.client.aio_pipeline import NO_COMPRESSION
 from app.client.auth import User, basic_auth
 from app.client.consumed import ConsumedMessage
-from app.client.errors import BrokerError, WharfClientError
-from app.client.routes import MessageQueue
-from app.codec import decode_records
+from app.client.errors import BrokerError, BrokerUnavailableError, WharfClientError, raise_for_envelope
+from app.client.routes import AVOID_S, MessageQueue
+from app.codec import RECORDS_MEDIA_TYPE, decode_records
+from app.store.record import StoredMessage
 from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
@@ -51,14 +67,20 @@ log = logging.getLogger(__name__)
 # asked the client to come back later, failed unexpectedly or cannot reach its registry.
 PASSING_CLOSES = frozenset({1001, 1006, 1011, 1012, 1013, 4500, 4503})
 
+MASTER_ID = 0  # a broker name's master in the route
+
+# Pull answers after which a catch-up reads on from the answer's next offset; any other ends it: the
+# queue's end, or a queue that ends before the offset asked for.
+_PULL_ON = frozenset({"FOUND", "OFFSET_TOO_SMALL", "NO_MATCHED_MESSAGE"})
+
 
 @dataclass(eq=False, slots=True)
 class _Socket:
-    """One broker's subscribe socket and what the client owes it."""
+    """One broker name's subscribe socket, the broker it is open on, and what the client owes it."""
 
     broker_name: str
-    address: str
-    url: str
+    address: str = ""  # the broker read: the name's master, or a slave while the master does not answer
+    on_master: bool = False  # the route listed ``address`` as the name's master when it was opened
     queues: dict[int, MessageQueue] = field(default_factory=dict)
     connection: ClientConnection | None = None
     generation: int = 0  # one more per connection: messages of an earlier one are stale
@@ -67,7 +89,12 @@ class _Socket:
     acked_to: dict[int, int] = field(default_factory=dict)  # per queue: after the last acknowledged
     assigned: dict[int, int] = field(default_factory=dict)  # queue id -> offset it started at
     committed: dict[int, int] = field(default_factory=dict)
+    # Without a group: per queue, the offset after the last message handed out (before any, the
+    # offset the socket started at). The queue goes on from there when the socket is opened again.
+    reached: dict[int, int] = field(default_factory=dict)
     reader: asyncio.Task[None] | None = None
+    watcher: asyncio.Task[None] | None = None  # on a slave: moves the socket to the master
+    moving: bool = False  # the client closed the socket to open it on the master
 
     def queue(self, queue_id: int) -> MessageQueue:
         queue = self.queues.get(queue_id)
@@ -78,6 +105,11 @@ class _Socket:
     def owed(self) -> int:
         return self.spent + sum(len(offsets) for offsets in self.acks.values())
 
+    def move_to(self, address: str) -> None:
+        if address != self.address:
+            self.address = address
+            self.queues.clear()  # messages name the broker they came from
+
     def reset(self) -> None:
         """The connection is gone: its credit, its unacknowledged messages and its queues with it."""
         self.connection = None
@@ -87,6 +119,10 @@ class _Socket:
         self.acked_to.clear()
         self.assigned.clear()
         self.committed.clear()
+        self.moving = False
+        if self.watcher is not None:
+            self.watcher.cancel()
+            self.watcher = None
 
 
 _Delivery = tuple[_Socket, int, ConsumedMessage]  # the socket, its generation then, the message
@@ -94,12 +130,14 @@ _Delivery = tuple[_Socket, int, ConsumedMessage]  # the socket, its generation t
 
 @dataclass(eq=False, slots=True)
 class _Frame:
-    """The messages of one binary frame, handed out from ``taken`` on."""
+    """The messages of one binary frame (or one catch-up pull), handed out from ``taken`` on. They
+    are of one queue: a broker's frame holds one read of one queue."""
 
     socket: _Socket
     generation: int  # the socket's then: messages of an earlier connection are stale
     messages: list[ConsumedMessage]
     taken: int = 0
+    credited: bool = True  # pushed against credit (not pulled): handing them out gives credit back
 
     @property
     def stale(self) -> bool:
@@ -108,7 +146,8 @@ class _Frame:
 
 class AsyncSubscriber:
     """Subscribes to ``topic`` over WebSocket, as a member of ``group`` (shared queues, acks and
-    commits) or, without one, alone and without acks. ``queue_ids`` reads just those queues."""
+    commits) or, without one, alone and without acks. ``queue_ids`` reads just those queues. While
+    a socket reads from a slave, the route is looked at every ``master_check_s`` for its master."""
 
     def __init__(
         self,
@@ -123,6 +162,7 @@ class AsyncSubscriber:
         credit: int = 256,
         timeout_s: float = 10.0,
         user: User | None = None,
+        master_check_s: float = 2.0,
     ) -> None:
         if credit < 2:
             raise ValueError("credit must be at least 2")
@@ -136,10 +176,16 @@ class AsyncSubscriber:
         self.credit = credit
         self.timeout_s = timeout_s
         self.user = user
+        self.master_check_s = master_check_s
         self._headers = authorization_headers(user)
+        # Routes, catch-up pulls and the masters' readiness go over HTTP.
+        self._http = httpx.AsyncClient(timeout=timeout_s, auth=basic_auth(user), verify=client_ssl_context())
+        self._routes = AsyncRouteCache(self._http, self.bootstrap)
+        self._avoid: dict[str, float] = {}  # address -> until when (monotonic) it is tried last
         self._sockets: list[_Socket] = []
         self._cache: deque[_Frame] = deque()  # frames with messages not handed out yet
         self._delivered = asyncio.Event()  # set when a frame adds to the cache, or a socket fails
+        self._pulled_taken = asyncio.Event()  # set (and replaced) when a pulled frame is all taken
         self._in_hand: _Delivery | None = None
         # The rest of a poll_batch's messages, per frame: (socket, generation, messages).
         self._in_hand_batch: list[tuple[_Socket, int, list[ConsumedMessage]]] = []
@@ -150,21 +196,20 @@ class AsyncSubscriber:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> AsyncSubscriber:
-        """Open a socket to every broker with a queue to read; returns once each has its assignment."""
-        async with httpx.AsyncClient(
-            timeout=self.timeout_s, auth=basic_auth(self.user), verify=client_ssl_context()
-        ) as http:
-            route = await AsyncRouteCache(http, self.bootstrap).get(self.topic)
-        brokers: dict[str, str] = {}
-        for queue in route.read_queues:
-            if self.queue_ids is None or queue.queue_id in self.queue_ids:
-                brokers[queue.address] = queue.broker_name
-        if not brokers:
-            raise WharfClientError(f"topic {self.topic!r} has no readable queue to subscribe to")
-        self._sockets = [_Socket(name, address, self._url(address)) for address, name in brokers.items()]
+        """Open a socket to every broker name with a queue to read; returns once each has its
+        assignment."""
         try:
+            route = await self._routes.get(self.topic)
+            names = {
+                queue.broker_name
+                for queue in route.read_queues
+                if self.queue_ids is None or queue.queue_id in self.queue_ids
+            }
+            if not names:
+                raise WharfClientError(f"topic {self.topic!r} has no readable queue to subscribe to")
+            self._sockets = [_Socket(name) for name in sorted(names)]
             for socket in self._sockets:
-                await self._connect(socket)
+                await self._open(socket)
         except BaseException:
             await self.close()
             raise
@@ -180,16 +225,17 @@ class AsyncSubscriber:
             return
         self._closed = True
         self._finish_in_hand()
-        for socket in self._sockets:
-            if socket.reader is not None:
-                socket.reader.cancel()
-        await asyncio.gather(
-            *(socket.reader for socket in self._sockets if socket.reader is not None), return_exceptions=True
-        )
+        tasks = [
+            task for socket in self._sockets for task in (socket.reader, socket.watcher) if task is not None
+        ]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for socket in self._sockets:
             await self._flush(socket)
             if socket.connection is not None:
                 await socket.connection.close()
+        await self._http.aclose()
 
     async def __aenter__(self) -> AsyncSubscriber:
         return await self.start()
@@ -206,7 +252,9 @@ class AsyncSubscriber:
             for queue_id, offset in socket.assigned.items()
         }
 
-    def _url(self, address: str) -> str:
+    def _url(self, address: str, resuming: bool) -> str:
+        """The socket's URL on ``address``; one ``resuming`` its queues without a group starts at
+        ``last``, after a catch-up to there."""
         params: dict[str, str | int] = {"topic": self.topic, "format": "binary", "credit": self.credit}
         if self.group is not None:
             params["group"] = self.group
@@ -214,7 +262,7 @@ class AsyncSubscriber:
             params.update(filter_type="sql92", filter=self.sql92)
         else:
             params["tags"] = self.tags
-        params["from"] = self.start_from
+        params["from"] = "last" if resuming else self.start_from
         if self.queue_ids is not None:
             params["queues"] = ",".join(str(queue_id) for queue_id in self.queue_ids)
         scheme, rest = address.split("://", 1)
@@ -245,9 +293,13 @@ class AsyncSubscriber:
             consumed = frame.messages[frame.taken]
             frame.taken += 1
             if frame.taken == len(frame.messages):
-                cache.popleft()
+                self._finished(cache.popleft())
             socket = frame.socket
-            socket.spent += 1
+            if frame.credited:
+                socket.spent += 1
+            if self.group is None:
+                message = consumed.message
+                socket.reached[message.queue_id] = message.queue_offset + 1
             if give_back and socket.owed() >= self.credit // 2:
                 await self._flush(socket)
             self._in_hand = (socket, frame.generation, consumed)
@@ -274,8 +326,12 @@ class AsyncSubscriber:
             chunk = frame.messages[start : start + max_messages - len(batch)]
             frame.taken = start + len(chunk)
             if frame.taken == len(frame.messages):
-                cache.popleft()
-            frame.socket.spent += len(chunk)
+                self._finished(cache.popleft())
+            if frame.credited:
+                frame.socket.spent += len(chunk)
+            if self.group is None:
+                last = chunk[-1].message  # a frame's messages are of one queue
+                frame.socket.reached[last.queue_id] = last.queue_offset + 1
             batch += chunk
             taken.append((frame.socket, frame.generation, chunk))
         self._in_hand_batch = taken
@@ -283,6 +339,12 @@ class AsyncSubscriber:
             if socket.owed() >= self.credit // 2:
                 await self._flush(socket)
         return batch
+
+    def _finished(self, frame: _Frame) -> None:
+        """Every message of ``frame`` was handed out: a catch-up waiting on a pulled one pulls on."""
+        if not frame.credited:
+            self._pulled_taken.set()
+            self._pulled_taken = asyncio.Event()
 
     async def _wait_for_deliveries(self, deadline: float) -> bool:
         """Wait until a frame delivered messages; False at ``deadline``. Raises a socket's failure."""
@@ -391,12 +453,55 @@ class AsyncSubscriber:
         with contextlib.suppress(ConnectionClosed):
             await socket.connection.send(orjson.dumps(frame).decode())
 
-    # -- frames from the broker ------------------------------------------------------------------
+    # -- opening a broker name's socket ----------------------------------------------------------
 
-    async def _connect(self, socket: _Socket) -> None:
-        """Open the socket and take its first frame, the assignment; a refusal raises here."""
+    async def _open(self, socket: _Socket, refresh: bool = False) -> None:
+        """Open the socket on its broker name's master or, when that does not answer, on the first
+        other broker of the name that does (those that did not lately are tried last). Raises the
+        last broker's error when none opens it."""
+        route = await self._routes.get(self.topic, refresh=refresh)
+        now = time.monotonic()
+        brokers = sorted(
+            route.brokers.get(socket.broker_name, {}).items(),
+            key=lambda item: (self._avoid.get(item[1], 0.0) > now, item[0]),
+        )
+        error: Exception = _PassingClose(f"the route of {self.topic!r} has no broker of {socket.broker_name}")
+        for broker_id, address in brokers:
+            try:
+                await self._connect(socket, address)
+            except (OSError, TimeoutError, WebSocketException, WharfClientError, httpx.HTTPError) as exc:
+                if not _passing(exc):
+                    raise
+                log.info("subscribing at %s failed: %r", address, exc)
+                self._avoid[address] = time.monotonic() + AVOID_S
+                socket.reset()  # what a catch-up pulled from it is dropped: the next one pulls it again
+                error = exc
+                continue
+            socket.on_master = broker_id == MASTER_ID
+            if not socket.on_master:
+                log.warning(
+                    "reading %s of %s from %s: the master of %s does not answer",
+                    self.topic,
+                    socket.broker_name,
+                    address,
+                    socket.broker_name,
+                )
+                assert socket.connection is not None
+                socket.watcher = asyncio.create_task(
+                    self._watch_master(socket, socket.connection),
+                    name=f"wharf-ws-master-{socket.broker_name}",
+                )
+            return
+        raise error
+
+    async def _connect(self, socket: _Socket, address: str) -> None:
+        """Open the socket on ``address`` and take its first frame, the assignment; a refusal raises
+        here. A socket opened again without a group catches up over HTTP before and after."""
+        socket.move_to(address)
+        resuming = self.group is None and bool(socket.reached)
+        pulled = await self._catch_up(socket, dict(socket.reached)) if resuming else {}
         connection = await connect(
-            socket.url,
+            self._url(address, resuming),
             additional_headers=self._headers,
             open_timeout=self.timeout_s,
             max_size=None,
@@ -404,13 +509,116 @@ class AsyncSubscriber:
         )
         try:
             first = await asyncio.wait_for(connection.recv(), self.timeout_s)
+            self._take(socket, first)
+            if resuming:
+                # What arrived between the catch-up's last pull and the socket's start.
+                await self._catch_up(socket, pulled, socket.assigned)
         except ConnectionClosed as exc:
             raise _close_error_of(exc) from None
         except BaseException:
             await connection.close()
             raise
         socket.connection = connection
-        self._take(socket, first)
+
+    async def _catch_up(
+        self, socket: _Socket, start: dict[int, int], until: dict[int, int] | None = None
+    ) -> dict[int, int]:
+        """Hand out over HTTP what the socket's broker holds of each queue from ``start`` on, up to
+        ``until`` (where the socket started each queue) or else to the queue's end. Returns where
+        each queue's pulls ended: past a queue's end when it ends before ``start``.
+
+        To the end, a page is pulled once the application took the one before: an outage may have
+        left much to read. Up to ``until`` is what arrived in a moment, handed over at once."""
+        ended = dict(start)
+        for queue_id, offset in start.items():
+            end = None if until is None else until.get(queue_id)
+            if until is not None and end is None:
+                continue  # the socket does not read it
+            page: _Frame | None = None
+            while end is None or offset < end:
+                if page is not None:
+                    await self._until_taken(page)
+                count = self.credit if end is None else min(self.credit, end - offset)
+                status, next_offset, records = await self._pull(socket.address, queue_id, offset, count)
+                if end is not None:
+                    records = [record for record in records if record.queue_offset < end]
+                frame = self._add_frame(socket, records, credited=False)
+                if end is None and frame is not None:
+                    page = frame
+                if status not in _PULL_ON or next_offset <= offset:
+                    break
+                offset = next_offset
+            ended[queue_id] = offset
+        return ended
+
+    async def _pull(
+        self, address: str, queue_id: int, offset: int, count: int
+    ) -> tuple[str, int, list[StoredMessage]]:
+        """A pull of stored records without a group: its status, next offset and records."""
+        params: dict[str, str | int] = {"offset": offset, "max_messages": count}
+        if self.sql92 is not None:
+            params.update(filter_type="sql92", filter=self.sql92)
+        else:
+            params["tags"] = self.tags
+        response = await self._http.get(
+            f"{address}/v1/topics/{self.topic}/queues/{queue_id}/messages",
+            params=params,
+            headers={"accept": RECORDS_MEDIA_TYPE},
+        )
+        raise_for_envelope(response)
+        status = response.headers["x-wharf-status"]
+        records = decode_records(response.content) if status == "FOUND" else []
+        return status, int(response.headers["x-wharf-next-offset"]), records
+
+    async def _until_taken(self, frame: _Frame) -> None:
+        """Wait until the application took every message of a pulled ``frame``."""
+        while not frame.stale and frame.taken < len(frame.messages):
+            await self._pulled_taken.wait()
+
+    async def _watch_master(self, socket: _Socket, connection: ClientConnection) -> None:
+        """While the socket reads from a slave: close it once the name's master answers (the old one
+        back, or a slave promoted in its place), for the read loop to open it there."""
+        while True:
+            await asyncio.sleep(self.master_check_s)
+            try:
+                route = await self._routes.get(self.topic, refresh=True)
+            except (httpx.HTTPError, WharfClientError) as exc:
+                log.debug("the route of %s: %r", self.topic, exc)
+                continue
+            master = route.brokers.get(socket.broker_name, {}).get(MASTER_ID)
+            if master == socket.address:
+                socket.on_master = True  # the slave it reads was promoted
+                log.info("%s is the master of %s now", master, socket.broker_name)
+                return
+            if master is None or not await self._master_ready(socket, master):
+                continue
+            log.warning(
+                "the master %s of %s answers: moving the subscription to it", master, socket.broker_name
+            )
+            self._avoid.pop(master, None)
+            socket.moving = True
+            await self._flush(socket)  # the slave commits what was processed
+            await connection.close()
+            return
+
+    async def _master_ready(self, socket: _Socket, master: str) -> bool:
+        """Whether ``master`` answers and, with a group, holds the offsets the slave committed for
+        it (the slave hands them over with its next metadata request): moved earlier, the socket
+        would get again there what was acknowledged on the slave."""
+        try:
+            if self.group is None:
+                return (await self._http.get(f"{master}/readyz")).status_code == 200
+            response = await self._http.get(
+                f"{master}/v1/groups/{self.group}/offsets", params={"topic": self.topic}
+            )
+        except httpx.HTTPError:
+            return False
+        if response.status_code != 200:
+            return False
+        at_master = {int(row["queue_id"]): row["committed_offset"] or 0 for row in response.json()["offsets"]}
+        return all(at_master.get(queue_id, 0) >= offset for queue_id, offset in socket.committed.items())
+
+    # -- frames from the broker ------------------------------------------------------------------
 
     async def _read_loop(self, socket: _Socket) -> None:
         backoff_s = 0.1
@@ -418,18 +626,17 @@ class AsyncSubscriber:
             error: Exception
             try:
                 if socket.connection is None:
-                    await self._connect(socket)
+                    await self._open(socket, refresh=True)
                     backoff_s = 0.1
-                assert socket.connection is not None
+                connection = socket.connection
+                assert connection is not None
                 # Ends at a normal close (1000, 1001); ConnectionClosedError for any other.
-                async for frame in socket.connection:
+                async for frame in connection:
                     self._take(socket, frame)
-                error = _close_error(
-                    socket.connection.close_code or 1006, socket.connection.close_reason or ""
-                )
+                error = _close_error(connection.close_code or 1006, connection.close_reason or "")
             except ConnectionClosed as exc:
                 error = _close_error_of(exc)
-            except (OSError, TimeoutError, WebSocketException, WharfClientError) as exc:
+            except (OSError, TimeoutError, WebSocketException, WharfClientError, httpx.HTTPError) as exc:
                 error = exc
             except Exception as exc:  # a record that does not decode, a frame that is no JSON
                 self._fail(exc)
@@ -437,19 +644,23 @@ class AsyncSubscriber:
             if not _passing(error):
                 self._fail(error)
                 return
-            log.info("subscription to %s dropped, opening it again: %r", socket.address, error)
+            moving = socket.moving
+            if not moving:
+                log.info(
+                    "subscription to %s at %s dropped, opening it again: %r",
+                    socket.broker_name,
+                    socket.address,
+                    error,
+                )
             socket.reset()
             self._commits.set()
-            await asyncio.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 2.0)
+            if not moving:
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 2.0)
 
     def _take(self, socket: _Socket, frame: str | bytes) -> None:
         if isinstance(frame, bytes):
-            queue = socket.queue
-            messages = [ConsumedMessage(record, queue(record.queue_id)) for record in decode_records(frame)]
-            if messages:
-                self._cache.append(_Frame(socket, socket.generation, messages))
-                self._delivered.set()
+            self._add_frame(socket, decode_records(frame), credited=True)
             return
         parsed = orjson.loads(frame)
         kind = parsed.get("type")
@@ -457,10 +668,23 @@ class AsyncSubscriber:
             socket.assigned = {int(queue["queue_id"]): int(queue["offset"]) for queue in parsed["queues"]}
             for queue_id, offset in socket.assigned.items():
                 socket.committed.setdefault(queue_id, offset)
+                if self.group is None:
+                    # A broker whose queue ends before where the subscriber reached is read from its end.
+                    socket.reached[queue_id] = min(socket.reached.get(queue_id, offset), offset)
             self._commits.set()
         elif kind == "committed":
             socket.committed[int(parsed["queue_id"])] = int(parsed["offset"])
             self._commits.set()
+
+    def _add_frame(self, socket: _Socket, records: list[StoredMessage], credited: bool) -> _Frame | None:
+        if not records:
+            return None
+        queue = socket.queue
+        messages = [ConsumedMessage(record, queue(record.queue_id)) for record in records]
+        frame = _Frame(socket, socket.generation, messages, credited=credited)
+        self._cache.append(frame)
+        self._delivered.set()
+        return frame
 
     def _fail(self, error: Exception) -> None:
         log.error("subscription to %s ended: %r", self.topic, error)
@@ -477,7 +701,17 @@ def _passing(error: Exception) -> bool:
     """Whether the subscription is worth opening again after ``error``."""
     if isinstance(error, InvalidStatus):  # the handshake was answered with an HTTP error
         return error.response.status_code >= 500
-    return isinstance(error, _PassingClose | OSError | TimeoutError | WebSocketException)
+    if isinstance(error, BrokerError):  # a refused close, or a route or pull answered with an error
+        return error.status >= 500
+    return isinstance(
+        error,
+        _PassingClose
+        | BrokerUnavailableError
+        | httpx.HTTPError
+        | OSError
+        | TimeoutError
+        | WebSocketException,
+    )
 
 
 def _close_error_of(exc: ConnectionClosed) -> Exception:
