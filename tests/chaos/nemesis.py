@@ -67,18 +67,26 @@ class Nemesis:
             self._heal(fault)
 
     def _strike(self) -> None:
+        """A fault of the kind struck least so far (so every kind comes, even in short runs), on a
+        node it applies to in a broker name without an active fault."""
         busy = {fault.node.name for fault in self.active}
-        nodes = [node for node in self.cluster.nodes if node.name not in busy]
-        if not nodes:
+        free = [node for node in self.cluster.nodes if node.name not in busy]
+        masters = [node for node in free if self._is_master(node)]
+        targets = {
+            "kill": free,
+            "pause": free,
+            "cut_registry": free,
+            "cut_replication": masters,
+            "fill_disk": [node for node in free if node.tmpfs is not None],
+        }
+        kinds = [kind for kind, nodes in targets.items() if nodes]
+        if not kinds:
             return
-        node = self.rng.choice(nodes)
-        kinds = ["kill", "pause", "cut_registry"]
-        if self._is_master(node):
-            kinds.append("cut_replication")
-        if node.tmpfs is not None:
-            kinds.append("fill_disk")
-        fewest = min(self.counts.get(kind, 0) for kind in kinds)  # every kind comes, even in short runs
+        fewest = min(self.counts.get(kind, 0) for kind in kinds)
         kind = self.rng.choice([kind for kind in kinds if self.counts.get(kind, 0) == fewest])
+        # Half the time a master, where a fault makes a failover: a third of the nodes are masters.
+        struck = [node for node in targets[kind] if node in masters]
+        node = self.rng.choice(struck if struck and self.rng.random() < 0.5 else targets[kind])
         actions: dict[str, Callable[[], None]] = {
             "kill": node.kill,
             "pause": node.pause,
