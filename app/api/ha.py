@@ -103,7 +103,13 @@ async def ha_metadata(
         Query(ge=0, le=60_000, description="Longest hold when nothing changed (at most WHARF_MAX_WAIT_MS)"),
     ] = 0,
 ) -> dict[str, Any]:
-    return await broker.master_metadata(version, wait_ms)
+    metrics = broker.metrics
+    held = int(wait_ms > 0 and broker.metadata.is_current(version))  # waits for the next change
+    metrics.ha_metadata_waiting += held
+    try:
+        return await broker.master_metadata(version, wait_ms)
+    finally:
+        metrics.ha_metadata_waiting -= held
 
 
 class OffsetIn(BaseModel):

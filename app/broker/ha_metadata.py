@@ -37,9 +37,13 @@ class MetadataVersion:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def is_current(self, version: int) -> bool:
+        """Whether ``version`` is the current one: a request for it waits (:meth:`wait_past`)."""
+        return self.version == version
+
     async def wait_past(self, version: int, timeout_s: float) -> None:
         """Return once the version is not ``version``, or after ``timeout_s``."""
-        if self.version != version:
+        if not self.is_current(version):
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout_s)

@@ -8,6 +8,8 @@ Counted as it happens, by the core (:class:`BrokerMetrics`), so HTTP and WebSock
   subscriber, ``group=""`` without a group; a message handed out again counts again;
 - ``wharf_long_polls_held``, ``wharf_websocket_subscribers``: HTTP pulls waiting for a message,
   open subscriptions;
+- ``wharf_ha_metadata_waiting``: slaves' metadata requests a master holds until its metadata
+  changes (counted by their HTTP endpoint, :mod:`app.api.ha`, the only way they come);
 - ``wharf_flush_duration_seconds``: CommitLog flushes that brought bytes to disk (the store's flush
   listener, on the flush thread).
 
@@ -81,6 +83,7 @@ class BrokerMetrics:
         self.consumed_messages: dict[tuple[str, str], int] = {}  # (topic, group) -> messages
         self.long_polls_held = 0
         self.websocket_subscribers = 0
+        self.ha_metadata_waiting = 0
         self.flush_durations = DurationHistogram(DURATION_BUCKETS_S)
 
     def count_produced(self, topic: str, messages: int, body_bytes: int) -> None:
@@ -105,10 +108,10 @@ class BrokerMetrics:
 
 
 class BrokerCollector(Collector):
-    """The broker's one-line families for a Prometheus registry: the gauges of held polls and
-    subscribers, the flush histogram, and the store's gauges (``store_of()`` is None while the broker
-    starts). Its families of a series per topic, group or queue are written by
-    :func:`app.broker.metrics_text.broker_series`."""
+    """The broker's one-line families for a Prometheus registry: the gauges of held polls,
+    subscribers and held metadata requests, the flush histogram, and the store's gauges
+    (``store_of()`` is None while the broker starts). Its families of a series per topic, group or
+    queue are written by :func:`app.broker.metrics_text.broker_series`."""
 
     def __init__(self, metrics: BrokerMetrics, store_of: Callable[[], MessageStore | None]) -> None:
         self.metrics = metrics
@@ -121,6 +124,11 @@ class BrokerCollector(Collector):
         )
         yield GaugeMetricFamily(
             "wharf_websocket_subscribers", "Open WebSocket subscriptions", value=metrics.websocket_subscribers
+        )
+        yield GaugeMetricFamily(
+            "wharf_ha_metadata_waiting",
+            "Slaves' metadata requests held until this master's metadata changes",
+            value=metrics.ha_metadata_waiting,
         )
         flush = HistogramMetricFamily(
             "wharf_flush_duration_seconds", "CommitLog flushes that brought bytes to disk", labels=[]

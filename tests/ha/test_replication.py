@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.acl_setup import ADMIN, acl_broker
 from tests.api.server import BrokerProcess
@@ -240,6 +241,41 @@ def test_offsets_committed_on_a_slave_while_its_master_is_away_reach_the_master_
     assert committed(master, "billing")[0] == 6
 
 
+def metadata_requests_held(master: BrokerProcess) -> int:
+    """The master's ``wharf_ha_metadata_waiting``: slaves' metadata requests it holds now."""
+    response = httpx.get(f"{master.url}/metrics")
+    assert response.status_code == 200, response.text
+    for family in text_string_to_metric_families(response.text):
+        if family.name == "wharf_ha_metadata_waiting":
+            return int(family.samples[0].value)
+    raise AssertionError("no wharf_ha_metadata_waiting in /metrics")
+
+
+def test_a_master_counts_the_metadata_requests_it_holds(tmp_path: Path) -> None:
+    """``wharf_ha_metadata_waiting`` counts a request for the master's current version while it waits
+    for a change; a request for another version is answered at once."""
+    master = BrokerProcess(tmp_path / "master").start()
+    try:
+        version = httpx.get(f"{master.url}/v1/ha/metadata", params={"wait_ms": 30_000}).json()["version"]
+        assert metadata_requests_held(master) == 0
+        answers: list[httpx.Response] = []
+        held = threading.Thread(
+            target=lambda: answers.append(
+                httpx.get(
+                    f"{master.url}/v1/ha/metadata", params={"version": version, "wait_ms": 30_000}, timeout=40
+                )
+            )
+        )
+        held.start()
+        wait_until(lambda: metadata_requests_held(master) == 1, what="the master to hold the request")
+        assert httpx.post(f"{master.url}/v1/topics", json={"name": "woken", "queues": 1}).status_code == 201
+        held.join(10)
+        assert answers and answers[0].json()["version"] > version
+        assert metadata_requests_held(master) == 0
+    finally:
+        master.kill()
+
+
 def test_a_topic_change_reaches_the_slave_at_once_not_at_the_next_interval(tmp_path: Path) -> None:
     """The slave's metadata request is held until the master's topics change, then answered."""
     master = BrokerProcess(tmp_path / "master").start()
@@ -251,8 +287,8 @@ def test_a_topic_change_reaches_the_slave_at_once_not_at_the_next_interval(tmp_p
         ha_metadata_interval_ms=60_000,
     ).start()
     try:
-        wait_until(lambda: ha(slave)["connected"], what="the slave to connect")
-        time.sleep(0.5)  # its first metadata request answered, the next one held
+        # Its first metadata request is answered at once; the change must wake the next, held one.
+        wait_until(lambda: metadata_requests_held(master) == 1, what="the master to hold the slave's request")
         assert httpx.post(f"{master.url}/v1/topics", json={"name": "prompt", "queues": 1}).status_code == 201
         wait_until(lambda: topic_config(slave, "prompt"), timeout_s=10, what="the topic to reach the slave")
     finally:

@@ -5,13 +5,17 @@ wrapping ``os.fsync``, ``os.fdatasync`` and the store's ``syncfs``
 (:data:`app.store.atomic_file.syncfs`); the store forces data with nothing else: it never calls
 ``mmap.flush``. A sync of a regular file first reads the file's whole content (that is at least what
 the sync makes durable), then calls the real function, then appends an event to the journal in
-``$WHARF_TEST_SYNC_JOURNAL/journal.bin``: a global sequence number, ``time.monotonic()`` (Linux's
-CLOCK_MONOTONIC is system-wide, so it compares with the test process's clock), the file's identity
-and the 4 KiB pages that changed since that file's previous event. A sync of a directory records its
-listing, name -> identity. An identity is the inode number and the inode's generation, since a file
-system reuses the number of a deleted file (a renamed-over ``topics.json`` gives its number to the
-next new segment); on a file system without generations it is the inode number alone. Syncs of one
-file are serialised, so the journal never shows an older content after a newer one.
+``$WHARF_TEST_SYNC_JOURNAL/journal.bin``: a sequence number (from 1 in each process that journals
+into the file), ``time.monotonic()`` when the sync was asked for and when it returned (Linux's
+CLOCK_MONOTONIC is system-wide, so both compare with the test process's clock), the asking thread's
+name and how long it had waited for a CPU at those two instants (schedstat), the file's identity and
+the 4 KiB pages that changed since that file's previous event. Everything written to the file before
+the sync was asked for is in the content journaled: the content is read after that instant. A sync
+of a directory records its listing, name -> identity. An identity is the inode number and the
+inode's generation, since a file system reuses the number of a deleted file (a renamed-over
+``topics.json`` gives its number to the next new segment); on a file system without generations it
+is the inode number alone. Syncs of one file are serialised, so the journal never shows an older
+content after a newer one.
 
 A ``syncfs`` makes every file of the file system durable, and the directory entries too. The journal
 records those the store owns: the tree under the directory the store synced (``syncfs`` is called on
@@ -33,9 +37,11 @@ Frame: ``length (4, big-endian) | JSON header | changed pages (4096 B each, in h
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import functools
+import itertools
 import json
 import os
 import stat
@@ -56,7 +62,12 @@ FS_IOC_GETVERSION = 0x80087601  # the inode's generation: ext4 renews it when an
 
 @dataclass(frozen=True, slots=True)
 class FileSync:
-    """A regular file's content made durable: its size and the pages changed since its last sync."""
+    """A regular file's content made durable: its size and the pages changed since its last sync.
+
+    ``started``: when the sync was asked for; ``time``: when it returned; ``thread``: the name of the
+    thread that asked; ``run_delay_started``, ``run_delay``: the seconds that thread had spent waiting
+    for a CPU (runnable, not running) at those two instants, from Linux's schedstat (0 without it).
+    """
 
     seq: int
     time: float
@@ -64,17 +75,34 @@ class FileSync:
     path: str
     size: int
     pages: dict[int, bytes]
+    started: float
+    thread: str
+    run_delay_started: float
+    run_delay: float
+
+    def apply_to(self, content: bytearray) -> None:
+        """Make ``content``, the file as its previous sync left it, the content this sync made durable."""
+        if len(content) < self.size:
+            content.extend(bytes(self.size - len(content)))
+        for number, page in self.pages.items():
+            content[number * PAGE_SIZE : (number + 1) * PAGE_SIZE] = page
+        del content[self.size :]
 
 
 @dataclass(frozen=True, slots=True)
 class DirectorySync:
-    """A directory's listing made durable: name -> (identity, is a directory)."""
+    """A directory's listing made durable: name -> (identity, is a directory); the times and the
+    thread as for :class:`FileSync`."""
 
     seq: int
     time: float
     identity: str
     path: str
     entries: dict[str, tuple[str, bool]]
+    started: float
+    thread: str
+    run_delay_started: float
+    run_delay: float
 
 
 SyncEvent = FileSync | DirectorySync
@@ -109,6 +137,7 @@ class SyncRecorder:
     def _wrap(self, real: Callable[[int], None]) -> Callable[[int], None]:
         @functools.wraps(real)
         def synced(fd: int) -> None:
+            started = time.monotonic(), _run_delay()
             number = fd if isinstance(fd, int) else fd.fileno()
             try:
                 info = os.fstat(number)
@@ -123,11 +152,13 @@ class SyncRecorder:
                 if stat.S_ISDIR(mode):
                     entries = _listing(number)
                     real(fd)
-                    self._record({"kind": "dir", "identity": identity, "path": path, "entries": entries}, [])
+                    self._record(
+                        {"kind": "dir", "identity": identity, "path": path, "entries": entries}, [], started
+                    )
                 else:
                     content = _content(number)
                     real(fd)
-                    self._record_file(identity, path, content)
+                    self._record_file(identity, path, content, started)
             return None
 
         return synced
@@ -135,6 +166,7 @@ class SyncRecorder:
     def _wrap_file_system(self, real: Callable[[int], None]) -> Callable[[int], None]:
         @functools.wraps(real)
         def synced(fd: int) -> None:
+            started = time.monotonic(), _run_delay()
             try:
                 is_directory = stat.S_ISDIR(os.fstat(fd).st_mode)
             except OSError:
@@ -158,10 +190,10 @@ class SyncRecorder:
                 real(fd)
                 for identity, path, state in synced_now:
                     if isinstance(state, bytes):
-                        self._record_file(identity, path, state)
+                        self._record_file(identity, path, state, started)
                     else:
                         self._record(
-                            {"kind": "dir", "identity": identity, "path": path, "entries": state}, []
+                            {"kind": "dir", "identity": identity, "path": path, "entries": state}, [], started
                         )
             return None
 
@@ -174,7 +206,7 @@ class SyncRecorder:
                 lock = self._file_locks[identity] = threading.Lock()
             return lock
 
-    def _record_file(self, identity: str, path: str, content: bytes) -> None:
+    def _record_file(self, identity: str, path: str, content: bytes, started: tuple[float, float]) -> None:
         previous = self._contents.get(identity, b"")
         changed = [
             number
@@ -185,9 +217,12 @@ class SyncRecorder:
         self._contents[identity] = content
         pages = [content[n * PAGE_SIZE : (n + 1) * PAGE_SIZE].ljust(PAGE_SIZE, b"\0") for n in changed]
         header = {"kind": "file", "identity": identity, "path": path, "size": len(content), "pages": changed}
-        self._record(header, pages)
+        self._record(header, pages, started)
 
-    def _record(self, header: dict[str, object], pages: list[bytes]) -> None:
+    def _record(self, header: dict[str, object], pages: list[bytes], started: tuple[float, float]) -> None:
+        header["started"], header["run_delay_started"] = started
+        header["run_delay"] = _run_delay()
+        header["thread"] = threading.current_thread().name
         with self._lock:
             self._seq += 1
             header["seq"] = self._seq
@@ -212,6 +247,19 @@ def path_identity(path: Path) -> str:
     fd = os.open(path, os.O_RDONLY)
     try:
         return file_identity(fd)
+    finally:
+        os.close(fd)
+
+
+def _run_delay() -> float:
+    """Seconds the calling thread has spent waiting for a CPU (runnable, not running) since it began:
+    Linux's schedstat ``run_delay``; 0 where the kernel does not keep it."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return 0.0
+    try:
+        return int(os.read(fd, 128).split()[1]) / 1e9
     finally:
         os.close(fd)
 
@@ -298,7 +346,17 @@ def read_journal(directory: Path) -> list[SyncEvent]:
         if header["kind"] == "dir":
             entries = {name: (identity, is_dir) for name, (identity, is_dir) in header["entries"].items()}
             events.append(
-                DirectorySync(header["seq"], header["time"], header["identity"], header["path"], entries)
+                DirectorySync(
+                    header["seq"],
+                    header["time"],
+                    header["identity"],
+                    header["path"],
+                    entries,
+                    started=header["started"],
+                    thread=header["thread"],
+                    run_delay_started=header["run_delay_started"],
+                    run_delay=header["run_delay"],
+                )
             )
             continue
         end = position + PAGE_SIZE * len(header["pages"])
@@ -310,9 +368,63 @@ def read_journal(directory: Path) -> list[SyncEvent]:
         }
         position = end
         events.append(
-            FileSync(header["seq"], header["time"], header["identity"], header["path"], header["size"], pages)
+            FileSync(
+                header["seq"],
+                header["time"],
+                header["identity"],
+                header["path"],
+                header["size"],
+                pages,
+                started=header["started"],
+                thread=header["thread"],
+                run_delay_started=header["run_delay_started"],
+                run_delay=header["run_delay"],
+            )
         )
     return events
+
+
+def journaled_processes(events: list[SyncEvent]) -> list[range]:
+    """The events of each process that journaled into the file, in order: each numbers its syncs
+    from 1."""
+    starts = [index for index, event in enumerate(events) if event.seq == 1] or [0]
+    return [range(start, end) for start, end in itertools.pairwise([*starts, len(events)])]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncWait:
+    """How long a thread took from an instant to begin a sync: in all, inside its syncs between the
+    two (the disk's time) and waiting for a CPU (the kernel's time); what is left is its own."""
+
+    wall_s: float
+    disk_s: float
+    cpu_wait_s: float
+
+    @property
+    def own_s(self) -> float:
+        return self.wall_s - self.disk_s - self.cpu_wait_s
+
+    def describe(self) -> str:
+        return (
+            f"{self.own_s * 1000:.0f} ms of the thread's own time ({self.wall_s * 1000:.0f} ms, less "
+            f"{self.disk_s * 1000:.0f} ms inside syncs and {self.cpu_wait_s * 1000:.0f} ms waiting for a CPU)"
+        )
+
+
+def sync_wait(since: float, syncs: list[SyncEvent], number: int) -> SyncWait:
+    """How long the thread whose syncs ``syncs`` are (in order, of one process) took from ``since`` to
+    begin ``syncs[number]``. Its CPU waits are known at each sync; before its first one, all its waits
+    since it began count (schedstat counts from 0 for a new thread)."""
+    began = syncs[number].started
+    disk_s = sum(
+        sync.time - max(sync.started, since)
+        for sync in syncs[bisect.bisect_right(syncs, since, key=lambda sync: sync.time) : number]
+    )
+    cpu_wait_s = sum(
+        syncs[later].run_delay_started - (syncs[later - 1].run_delay if later else 0.0)
+        for later in range(bisect.bisect_right(syncs, since, key=lambda sync: sync.started), number + 1)
+    )
+    return SyncWait(began - since, disk_s, cpu_wait_s)
 
 
 def main() -> None:
