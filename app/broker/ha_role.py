@@ -14,6 +14,12 @@ The route registry plays RocketMQ 5's controller (the ``ha_*`` calls of app.rout
   stand still for all of ``WHARF_HA_FAILOVER_S`` (its own clock: no clocks are compared) promotes
   itself if it holds the confirmed offset, never otherwise. So the old master stops writing
   before a new one can be elected: no two brokers of a name take writes in one epoch.
+* Each slave reports how far its CommitLog goes, and of the slaves that hold the confirmed offset
+  the one furthest ahead is promoted (RocketMQ 5's SyncStateSet): the others defer to it. Not
+  forever: a report counts up a beat, and a slave whose beats stood still (again on the watching
+  slave's clock) for a failover period, the longer of the two, is dead or stopped and is passed
+  over; so is a slave that reports but was not promoted within two such periods of the master's
+  silence (it stalls, or runs without automatic failover).
 
 Without a registry the configured role holds, and a promotion raises the local epoch.
 """
@@ -25,6 +31,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.broker.errors import MisdirectedError, PromotionError
@@ -36,6 +43,7 @@ from app.routing.registry import HaRecord
 if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
     from app.broker.ha_metadata import MetadataVersion
+    from app.routing.registry import HaReport
     from app.routing.service import RoutingService
     from app.settings import Settings
     from app.store import MessageStore
@@ -60,6 +68,53 @@ class Broker(Protocol):
     async def offsets_ahead_of_master(self) -> list[dict[str, Any]]: ...
 
 
+class SlaveReports:
+    """The other slaves' reports as one slave watches them. A slave reports every fifth of its
+    failover period; one whose beats stood still on the watching slave's clock for the longer of
+    the two periods is silent (dead or stopped), however far ahead its last report was."""
+
+    def __init__(self, failover_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.failover_s = failover_s
+        self.clock = clock
+        self.reports: dict[int, HaReport] = {}
+        self._beats_seen: dict[int, tuple[int, float]] = {}  # slave id -> (beats, first seen at)
+
+    def update(self, reports: dict[int, HaReport]) -> None:
+        now = self.clock()
+        seen = self._beats_seen
+        self._beats_seen = {
+            broker_id: seen[broker_id]
+            if broker_id in seen and seen[broker_id][0] == report.beats
+            else (report.beats, now)
+            for broker_id, report in reports.items()
+        }
+        self.reports = reports
+
+    def ahead_of(self, broker_id: int, held: int, master_id: int) -> list[int]:
+        """The other slaves whose CommitLog goes further than ``held``, or as far with a lower id:
+        the furthest first."""
+        ahead = [
+            (-report.max_offset, other)
+            for other, report in self.reports.items()
+            if other not in (broker_id, master_id)
+            and (report.max_offset > held or (report.max_offset == held and other < broker_id))
+        ]
+        return [other for _, other in sorted(ahead)]
+
+    def why_passed_over(self, broker_id: int, master_silent_s: float) -> str | None:
+        """Why a slave further ahead is not waited for, or None to wait for it. Its beats stood
+        still for the longer failover period of the two (it is dead or stopped), or it reports
+        but was not promoted when the master had been silent for twice that (it stalls, or runs
+        without automatic failover)."""
+        patience_s = max(self.failover_s, self.reports[broker_id].failover_ms / 1000)
+        beats_still_s = self.clock() - self._beats_seen[broker_id][1]
+        if beats_still_s >= patience_s:
+            return f"slave {broker_id} is further ahead but has not reported for {beats_still_s:.1f} s"
+        if master_silent_s >= 2 * patience_s:
+            return f"slave {broker_id} is further ahead but was not promoted within {master_silent_s:.1f} s"
+        return None
+
+
 class HaRole:
     def __init__(self, broker: Broker, signal: AppendSignal) -> None:
         self.broker = broker
@@ -74,7 +129,7 @@ class HaRole:
         self._lease_until = math.inf  # monotonic: a master takes produce until then
         self._lease_seen: tuple[int, int, float] | None = None  # a slave's (epoch, lease, since)
         self._refused_failover_at = -1  # the confirmed offset a failover was last refused for
-        self._reports: dict[int, int] = {}  # how far each slave's CommitLog goes, as reported
+        self.slave_reports = SlaveReports(self.settings.ha_failover_s)
         self._deferred_to: int | None = None  # the slave ahead of this one a failover was left to
         self._switch = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -261,9 +316,10 @@ class HaRole:
             self.settings.broker_id,
             self.url,
             self.store.commitlog.max_offset,
+            round(self.settings.ha_failover_s * 1000),
         )
         if reports is not None:
-            self._reports = reports
+            self.slave_reports.update(reports)
         record = await self._registry("ha_record", self.settings.broker_name)
         if record is None:
             return
@@ -274,13 +330,16 @@ class HaRole:
         seen = self._lease_seen
         if seen is None or seen[:2] != (record.epoch, record.lease):
             self._lease_seen = (record.epoch, record.lease, now)
+            self._deferred_to = None
             if seen is not None and seen[0] != record.epoch and self.slave is not None:
                 await self.slave.retarget()  # a new master: follow it now
             return
         if self.settings.ha_auto_failover and now - seen[2] >= self.settings.ha_failover_s:
-            await self._fail_over(record)
+            await self._fail_over(record, now - seen[2])
 
-    async def _fail_over(self, record: HaRecord) -> None:
+    async def _fail_over(self, record: HaRecord, silent_s: float) -> None:
+        """The lease stood still for ``silent_s``: promote this slave if it holds the confirmed
+        offset and no slave further ahead can be promoted instead."""
         held = self.store.commitlog.max_offset
         if held < record.confirmed_offset:
             if self._refused_failover_at != record.confirmed_offset:
@@ -294,28 +353,26 @@ class HaRole:
                     record.confirmed_offset,
                 )
             return
-        me = self.settings.broker_id
-        ahead = sorted(
-            broker_id
-            for broker_id, offset in self._reports.items()
-            if broker_id not in (me, record.master_id)
-            and (offset > held or (offset == held and broker_id < me))
-        )
-        if ahead:
-            # The slave furthest ahead holds every SEND_OK any of them holds: it is the one promoted.
-            if self._deferred_to != ahead[0]:
-                self._deferred_to = ahead[0]
-                log.warning(
-                    "the master %s has been silent for %s s; slave %d is further ahead and is promoted instead",
-                    record.master_url,
-                    self.settings.ha_failover_s,
-                    ahead[0],
-                )
-            return
+        passed_over = []
+        for broker_id in self.slave_reports.ahead_of(self.settings.broker_id, held, record.master_id):
+            reason = self.slave_reports.why_passed_over(broker_id, silent_s)
+            if reason is None:
+                # The slave furthest ahead holds every SEND_OK any of them holds: it is the one promoted.
+                if self._deferred_to != broker_id:
+                    self._deferred_to = broker_id
+                    log.warning(
+                        "the master %s has been silent for %.1f s; slave %d is further ahead and is promoted instead",
+                        record.master_url,
+                        silent_s,
+                        broker_id,
+                    )
+                return
+            passed_over.append(f"; {reason}")
         log.warning(
-            "the master %s has been silent for %s s: promoting this slave",
+            "the master %s has been silent for %.1f s%s: promoting this slave",
             record.master_url,
-            self.settings.ha_failover_s,
+            silent_s,
+            "".join(passed_over),
         )
         with contextlib.suppress(PromotionError):
             await self.promote(record)

@@ -7,7 +7,8 @@ queue_data      (topic, broker name) -> read/write queue numbers, permission, fl
 consumer_groups name
 subscriptions   (group, topic) -> filter expression
 ha_epochs       broker name -> epoch, its master, the master's lease and the offset it confirmed
-ha_replicas     (broker name, broker id) -> a slave's address and how far its CommitLog goes
+ha_replicas     (broker name, broker id) -> a slave's address, how far its CommitLog goes, how many
+                reports it made and its failover period
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ class HaEpochRow(Base):
 
 class HaReplicaRow(Base):
     """How far each slave's CommitLog goes, as it last reported: an automatic failover promotes
-    the slave furthest ahead, so no SEND_OK one of them holds is lost."""
+    the slave furthest ahead, so no SEND_OK one of them holds is lost. Each report counts up
+    ``beats`` (like the master's lease, a counter: a slave that sees it stand still on its own
+    clock knows the reporter silent, and no clocks are compared); a slave reports every fifth of
+    its ``failover_ms``."""
 
     __tablename__ = "ha_replicas"
 
@@ -104,3 +108,5 @@ class HaReplicaRow(Base):
     broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # the slave's WHARF_BROKER_ID
     url: Mapped[str] = mapped_column(String(1024))
     max_offset: Mapped[int] = mapped_column(BigInteger)
+    beats: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    failover_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

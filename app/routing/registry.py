@@ -68,6 +68,16 @@ class HaRecord:
         return cls(row.epoch, row.master_id, row.master_url, row.master_role, row.lease, row.confirmed_offset)
 
 
+@dataclass(frozen=True, slots=True)
+class HaReport:
+    """A slave's last report (:class:`HaReplicaRow`): how far its CommitLog goes, how many reports
+    it has made, and the failover period it runs with (it reports every fifth of it)."""
+
+    max_offset: int
+    beats: int
+    failover_ms: int
+
+
 class RouteRegistry:
     def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
@@ -340,25 +350,24 @@ class RouteRegistry:
             return None
         return self.ha_record(broker_name) if changed == 1 else None
 
-    def ha_report(self, broker_name: str, broker_id: int, url: str, max_offset: int) -> dict[int, int]:
-        """A slave reports how far its CommitLog goes; every slave's report of the name, by id."""
+    def ha_report(
+        self, broker_name: str, broker_id: int, url: str, max_offset: int, failover_ms: int
+    ) -> dict[int, HaReport]:
+        """A slave reports how far its CommitLog goes, counting one more beat; every slave's last
+        report of the name, by id."""
         with self.sessions.begin() as session:
             insert = _dialect_insert(session)
-            values = {
-                "broker_name": broker_name,
-                "broker_id": broker_id,
-                "url": url,
-                "max_offset": max_offset,
-            }
+            values = {"url": url, "max_offset": max_offset, "failover_ms": failover_ms}
             session.execute(
                 insert(HaReplicaRow)
-                .values(**values)
+                .values(broker_name=broker_name, broker_id=broker_id, beats=0, **values)
                 .on_conflict_do_update(
-                    index_elements=["broker_name", "broker_id"], set_={"url": url, "max_offset": max_offset}
+                    index_elements=["broker_name", "broker_id"],
+                    set_={**values, "beats": HaReplicaRow.beats + 1},
                 )
             )
             rows = session.scalars(select(HaReplicaRow).where(HaReplicaRow.broker_name == broker_name))
-            return {row.broker_id: row.max_offset for row in rows}
+            return {row.broker_id: HaReport(row.max_offset, row.beats, row.failover_ms) for row in rows}
 
     # -- queries ---------------------------------------------------------------------------------
 
