@@ -21,6 +21,12 @@ The route registry plays RocketMQ 5's controller (the ``ha_*`` calls of app.rout
   over; so is a slave that reports but was not promoted within two such periods of the master's
   silence (it stalls, or runs without automatic failover).
 
+* Offsets are compared only between logs of the record's epoch. A slave whose log is of an earlier
+  epoch (a former master that stepped down and has not followed the new one yet) is never
+  promoted automatically: past where its epoch ended its log may hold what the new master never
+  had. A promotion starts the new epoch's confirmed offset where the promoted log ends, so the
+  next failover promotes only a slave that holds all of it.
+
 Without a registry the configured role holds, and a promotion raises the local epoch.
 """
 
@@ -90,13 +96,15 @@ class SlaveReports:
         }
         self.reports = reports
 
-    def ahead_of(self, broker_id: int, held: int, master_id: int) -> list[int]:
-        """The other slaves whose CommitLog goes further than ``held``, or as far with a lower id:
-        the furthest first."""
+    def ahead_of(self, broker_id: int, held: int, master_id: int, epoch: int) -> list[int]:
+        """The other slaves of ``epoch`` whose CommitLog goes further than ``held``, or as far with
+        a lower id: the furthest first. A slave whose log is of an earlier epoch is not compared:
+        past where that epoch ended, its log may hold what no master of ``epoch`` wrote."""
         ahead = [
             (-report.max_offset, other)
             for other, report in self.reports.items()
             if other not in (broker_id, master_id)
+            and report.epoch == epoch
             and (report.max_offset > held or (report.max_offset == held and other < broker_id))
         ]
         return [other for _, other in sorted(ahead)]
@@ -129,6 +137,7 @@ class HaRole:
         self._lease_until = math.inf  # monotonic: a master takes produce until then
         self._lease_seen: tuple[int, int, float] | None = None  # a slave's (epoch, lease, since)
         self._refused_failover_at = -1  # the confirmed offset a failover was last refused for
+        self._refused_epoch = -1  # the epoch a failover was last refused in, this log being older
         self.slave_reports = SlaveReports(self.settings.ha_failover_s)
         self._deferred_to: int | None = None  # the slave ahead of this one a failover was left to
         self._switch = asyncio.Lock()
@@ -317,6 +326,7 @@ class HaRole:
             self.url,
             self.store.commitlog.max_offset,
             round(self.settings.ha_failover_s * 1000),
+            self.epoch,
         )
         if reports is not None:
             self.slave_reports.update(reports)
@@ -341,6 +351,22 @@ class HaRole:
         """The lease stood still for ``silent_s``: promote this slave if it holds the confirmed
         offset and no slave further ahead can be promoted instead."""
         held = self.store.commitlog.max_offset
+        if self.epoch < record.epoch:
+            # This log has not followed the master of the record's epoch yet (a former master that
+            # stepped down, a slave that has not connected since the promotion): past where its
+            # own epoch ended it may hold what that master never had, and it may lack what that
+            # master confirmed, however far its offset goes.
+            if self._refused_epoch != record.epoch:
+                self._refused_epoch = record.epoch
+                log.warning(
+                    "the master %s of epoch %d has been silent for %.1f s, but this slave's log is of "
+                    "epoch %d: it has not followed that master and is not promoted",
+                    record.master_url,
+                    record.epoch,
+                    silent_s,
+                    self.epoch,
+                )
+            return
         if held < record.confirmed_offset:
             if self._refused_failover_at != record.confirmed_offset:
                 self._refused_failover_at = record.confirmed_offset
@@ -354,7 +380,8 @@ class HaRole:
                 )
             return
         passed_over = []
-        for broker_id in self.slave_reports.ahead_of(self.settings.broker_id, held, record.master_id):
+        ahead = self.slave_reports.ahead_of(self.settings.broker_id, held, record.master_id, record.epoch)
+        for broker_id in ahead:
             reason = self.slave_reports.why_passed_over(broker_id, silent_s)
             if reason is None:
                 # The slave furthest ahead holds every SEND_OK any of them holds: it is the one promoted.
@@ -403,6 +430,7 @@ class HaRole:
                         self.settings.broker_id,
                         self.url,
                         role,
+                        self.store.commitlog.max_offset,
                     )
                 except BaseException:
                     self.slave.start()  # the registry cannot be reached: stay a slave
@@ -417,6 +445,9 @@ class HaRole:
             else:
                 epoch = self.epoch + 1
             await asyncio.to_thread(self._begin_epoch, epoch)
+            # What this log holds is what the next promoted slave must hold: the registry's record
+            # starts the epoch's confirmed offset there, and the renewals keep to it.
+            self.confirmed_offset = max(self.confirmed_offset, self.store.commitlog.max_offset)
             self.role = role
             self._make_master()
             log.warning(

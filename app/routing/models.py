@@ -110,3 +110,5 @@ class HaReplicaRow(Base):
     max_offset: Mapped[int] = mapped_column(BigInteger)
     beats: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     failover_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The last epoch of the slave's own log: offsets compare only between logs of one epoch.
+    epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -76,6 +76,7 @@ class HaReport:
     max_offset: int
     beats: int
     failover_ms: int
+    epoch: int = 0  # the last epoch of the slave's log
 
 
 class RouteRegistry:
@@ -314,10 +315,20 @@ class RouteRegistry:
         return self.ha_record(broker_name)
 
     def ha_promote(
-        self, broker_name: str, expected_epoch: int, master_id: int, url: str, role: str
+        self,
+        broker_name: str,
+        expected_epoch: int,
+        master_id: int,
+        url: str,
+        role: str,
+        start_offset: int = 0,
     ) -> HaRecord | None:
         """Make ``master_id`` the master in epoch ``expected_epoch + 1`` if the record is still at
-        ``expected_epoch`` (compare-and-set: of two racing promotions one wins); None otherwise."""
+        ``expected_epoch`` (compare-and-set: of two racing promotions one wins); None otherwise.
+
+        The new epoch's confirmed offset starts at ``start_offset``, where the promoted log ends:
+        a later failover promotes only a slave that holds all of it (what the new master acknowledged
+        before it reports may lie anywhere past that)."""
         epoch = expected_epoch + 1
         values = {
             "epoch": epoch,
@@ -325,7 +336,7 @@ class RouteRegistry:
             "master_url": url,
             "master_role": role,
             "lease": 0,
-            "confirmed_offset": 0,
+            "confirmed_offset": start_offset,
         }
         try:
             with self.sessions.begin() as session:
@@ -351,13 +362,13 @@ class RouteRegistry:
         return self.ha_record(broker_name) if changed == 1 else None
 
     def ha_report(
-        self, broker_name: str, broker_id: int, url: str, max_offset: int, failover_ms: int
+        self, broker_name: str, broker_id: int, url: str, max_offset: int, failover_ms: int, epoch: int = 0
     ) -> dict[int, HaReport]:
         """A slave reports how far its CommitLog goes, counting one more beat; every slave's last
         report of the name, by id."""
         with self.sessions.begin() as session:
             insert = _dialect_insert(session)
-            values = {"url": url, "max_offset": max_offset, "failover_ms": failover_ms}
+            values = {"url": url, "max_offset": max_offset, "failover_ms": failover_ms, "epoch": epoch}
             session.execute(
                 insert(HaReplicaRow)
                 .values(broker_name=broker_name, broker_id=broker_id, beats=0, **values)
@@ -367,7 +378,9 @@ class RouteRegistry:
                 )
             )
             rows = session.scalars(select(HaReplicaRow).where(HaReplicaRow.broker_name == broker_name))
-            return {row.broker_id: HaReport(row.max_offset, row.beats, row.failover_ms) for row in rows}
+            return {
+                row.broker_id: HaReport(row.max_offset, row.beats, row.failover_ms, row.epoch) for row in rows
+            }
 
     # -- queries ---------------------------------------------------------------------------------
 

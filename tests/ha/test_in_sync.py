@@ -5,6 +5,8 @@ registry."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,8 +55,19 @@ def test_the_slaves_ahead_are_the_furthest_first_then_those_as_far_with_a_lower_
             5: HaReport(90, 0, 2000),
         },
     )
-    assert watched.ahead_of(2, 100, master_id=0) == [4, 1]
-    assert watched.ahead_of(2, 200, master_id=0) == []
+    assert watched.ahead_of(2, 100, master_id=0, epoch=0) == [4, 1]
+    assert watched.ahead_of(2, 200, master_id=0, epoch=0) == []
+
+
+def test_a_slave_whose_log_is_of_another_epoch_is_not_compared() -> None:
+    """A former master that stepped down reports its own epoch's log, which may run past where the
+    new master started: its offset says nothing about what it holds of the new epoch."""
+    watched = watched_by_slave_2(
+        Clock(),
+        {1: HaReport(5000, 0, 2000, epoch=1), 3: HaReport(150, 0, 2000, epoch=2)},
+    )
+    assert watched.ahead_of(2, 100, master_id=0, epoch=2) == [3]
+    assert watched.ahead_of(2, 100, master_id=0, epoch=1) == [1]
 
 
 def test_a_slave_whose_beats_stand_still_for_the_failover_period_is_passed_over() -> None:
@@ -207,3 +220,60 @@ def test_a_slave_that_reports_but_never_promotes_itself_is_waited_for_a_bounded_
     wait_until(lambda: ha(first)["epoch"] == 1, what="slave 1 to follow the new master")
     wait_until(lambda: sent_ok(produce(second, ["after"])), what="a SEND_OK from the new master")
     wait_until(lambda: caught_up(second, first), what="slave 1 to copy the new master")
+
+
+def test_a_former_master_whose_log_runs_past_the_new_epoch_is_not_promoted(
+    tmp_path: Path, registry: str, processes: list[BrokerProcess]
+) -> None:
+    """The master stores a long tail its slaves never get (they are down), then stops (SIGSTOP);
+    slave 1 is promoted and confirms messages slave 2 holds, then dies. The old master comes back:
+    its log goes further than slave 2's, but it is of epoch 0 and holds none of epoch 1. Slave 2
+    is promoted and keeps epoch 1's SEND_OKs; had the old master been promoted, slave 2 would have
+    cut them to follow it (found by the nemesis run, tests/chaos)."""
+    slave = {"broker_role": "SLAVE", "ha_auto_failover": "true"}
+    master_settings = {"broker_role": "SYNC_MASTER", "ha_auto_failover": "true", "ha_sync_timeout_ms": 300}
+    # Slave 2 waits three times as long as the old master before it takes over: the old master
+    # has stepped down, reported its log and looked at the failover itself by then.
+    patient = {**slave, "ha_failover_s": FAILOVER_S * 3}
+    for name, broker_id, settings in (("a", 0, master_settings), ("b", 1, slave), ("c", 2, patient)):
+        processes.append(broker(tmp_path, registry, name, broker_id, **settings))
+        processes[-1].start(timeout_s=STARTED_WITHIN_S)
+    old, first, second = processes
+    response = httpx.post(f"{old.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES})
+    assert response.status_code == 201, response.text
+    wait_until(lambda: len(ha(old)["slaves"]) == 2, what="both slaves to connect")
+    wait_until(lambda: sent_ok(produce(old, ["before"])), what="a SEND_OK")
+    wait_until(lambda: caught_up(old, first) and caught_up(old, second), what="both slaves to catch up")
+
+    first.kill()
+    second.kill()
+    tail = produce(old, [f"only the old master holds this {n}" for n in range(300)])
+    assert statuses(tail) == {"SLAVE_NOT_AVAILABLE"}
+    assert old.process is not None
+    os.kill(old.process.pid, signal.SIGSTOP)
+    try:
+        first.start(timeout_s=STARTED_WITHIN_S)
+        second.start(timeout_s=STARTED_WITHIN_S)
+        wait_until(
+            lambda: ha(first)["role"] == "SYNC_MASTER", timeout_s=FAILOVER_S * 15, what="slave 1's promotion"
+        )
+        wait_until(
+            lambda: ha(second)["epoch"] == 1 and caught_up(first, second), what="slave 2 to follow slave 1"
+        )
+        confirmed = [f"epoch 1 {n}" for n in range(5)]
+        assert statuses(produce(first, confirmed)) == {"SEND_OK"}
+        wait_until(
+            lambda: registry_row(registry, "confirmed_offset") == ha(first)["confirmed_offset"],
+            what="slave 1's report of what it confirmed",
+        )
+        first.kill()
+    finally:
+        os.kill(old.process.pid, signal.SIGCONT)
+
+    wait_until(
+        lambda: ha(second)["role"] == "SYNC_MASTER", timeout_s=FAILOVER_S * 15, what="slave 2's promotion"
+    )
+    assert registry_row(registry, "master_id") == 2
+    assert ha(old)["role"] == "SLAVE"
+    assert set(confirmed) <= set(pulled_bodies(second))
+    assert "has not followed that master and is not promoted" in old.log()

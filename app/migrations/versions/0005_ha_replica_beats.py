@@ -1,4 +1,5 @@
-"""replication: each slave's reports are counted, so a slave that stopped reporting can be told
+"""replication: each slave's reports are counted, so a slave that stopped reporting can be told,
+and carry the slave's epoch, so that only offsets of one epoch's logs are compared
 
 Revision ID: 0005
 Revises: 0004
@@ -21,9 +22,11 @@ def upgrade() -> None:
     with op.batch_alter_table("ha_replicas", schema=None) as batch_op:
         batch_op.add_column(sa.Column("beats", sa.BigInteger(), server_default="0", nullable=False))
         batch_op.add_column(sa.Column("failover_ms", sa.BigInteger(), server_default="0", nullable=False))
+        batch_op.add_column(sa.Column("epoch", sa.Integer(), server_default="0", nullable=False))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("ha_replicas", schema=None) as batch_op:
+        batch_op.drop_column("epoch")
         batch_op.drop_column("failover_ms")
         batch_op.drop_column("beats")
