@@ -371,10 +371,10 @@ class HaRole:
             if self._refused_failover_at != record.confirmed_offset:
                 self._refused_failover_at = record.confirmed_offset
                 log.warning(
-                    "the master %s has been silent for %s s, but this slave holds the CommitLog to %d "
+                    "the master %s has been silent for %.1f s, but this slave holds the CommitLog to %d "
                     "and the master confirmed %d: it is not in sync and is not promoted",
                     record.master_url,
-                    self.settings.ha_failover_s,
+                    silent_s,
                     held,
                     record.confirmed_offset,
                 )
