@@ -37,11 +37,11 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.broker.errors import MisdirectedError, PromotionError
 from app.broker.ha_master import SEND_OK, AppendSignal, HaMaster
+from app.broker.ha_reports import SlaveReports
 from app.broker.ha_slave import HaSlave, cancel_tasks
 from app.routing.errors import RegistryUnavailableError
 from app.routing.registry import HaRecord
@@ -49,7 +49,6 @@ from app.routing.registry import HaRecord
 if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
     from app.broker.ha_metadata import MetadataVersion
-    from app.routing.registry import HaReport
     from app.routing.service import RoutingService
     from app.settings import Settings
     from app.store import MessageStore
@@ -72,55 +71,6 @@ class Broker(Protocol):
     async def apply_master_metadata(self, answer: dict[str, Any]) -> None: ...
 
     async def offsets_ahead_of_master(self) -> list[dict[str, Any]]: ...
-
-
-class SlaveReports:
-    """The other slaves' reports as one slave watches them. A slave reports every fifth of its
-    failover period; one whose beats stood still on the watching slave's clock for the longer of
-    the two periods is silent (dead or stopped), however far ahead its last report was."""
-
-    def __init__(self, failover_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.failover_s = failover_s
-        self.clock = clock
-        self.reports: dict[int, HaReport] = {}
-        self._beats_seen: dict[int, tuple[int, float]] = {}  # slave id -> (beats, first seen at)
-
-    def update(self, reports: dict[int, HaReport]) -> None:
-        now = self.clock()
-        seen = self._beats_seen
-        self._beats_seen = {
-            broker_id: seen[broker_id]
-            if broker_id in seen and seen[broker_id][0] == report.beats
-            else (report.beats, now)
-            for broker_id, report in reports.items()
-        }
-        self.reports = reports
-
-    def ahead_of(self, broker_id: int, held: int, master_id: int, epoch: int) -> list[int]:
-        """The other slaves of ``epoch`` whose CommitLog goes further than ``held``, or as far with
-        a lower id: the furthest first. A slave whose log is of an earlier epoch is not compared:
-        past where that epoch ended, its log may hold what no master of ``epoch`` wrote."""
-        ahead = [
-            (-report.max_offset, other)
-            for other, report in self.reports.items()
-            if other not in (broker_id, master_id)
-            and report.epoch == epoch
-            and (report.max_offset > held or (report.max_offset == held and other < broker_id))
-        ]
-        return [other for _, other in sorted(ahead)]
-
-    def why_passed_over(self, broker_id: int, master_silent_s: float) -> str | None:
-        """Why a slave further ahead is not waited for, or None to wait for it. Its beats stood
-        still for the longer failover period of the two (it is dead or stopped), or it reports
-        but was not promoted when the master had been silent for twice that (it stalls, or runs
-        without automatic failover)."""
-        patience_s = max(self.failover_s, self.reports[broker_id].failover_ms / 1000)
-        beats_still_s = self.clock() - self._beats_seen[broker_id][1]
-        if beats_still_s >= patience_s:
-            return f"slave {broker_id} is further ahead but has not reported for {beats_still_s:.1f} s"
-        if master_silent_s >= 2 * patience_s:
-            return f"slave {broker_id} is further ahead but was not promoted within {master_silent_s:.1f} s"
-        return None
 
 
 class HaRole:

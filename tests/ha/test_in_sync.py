@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 
-from app.broker.ha_role import SlaveReports
+from app.broker.ha_reports import SlaveReports
 from app.routing.registry import HaReport
 from tests.api.server import BrokerProcess
 from tests.conftest import throwaway_database
