@@ -83,11 +83,7 @@ class AsyncRouteCache:
         # Brokers learned from earlier routes can answer too, should the bootstrap ones be down: the
         # slaves as well, which still answer while their master is down.
         for _, known in self._routes.values():
-            learned = [queue.address for queue in known.write_queues + known.read_queues]
-            learned += [address for by_id in known.brokers.values() for _, address in sorted(by_id.items())]
-            for address in learned:
-                if address not in addresses:
-                    addresses.append(address)
+            addresses += [address for address in known.addresses() if address not in addresses]
         errors: list[str] = []
         for address in addresses:
             try:
