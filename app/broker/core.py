@@ -152,14 +152,19 @@ class Broker:
             await asyncio.to_thread(self.delays.schedule.follow, answer.get("delay_offsets", []))
 
     async def offsets_ahead_of_master(self) -> list[dict[str, Any]]:
-        """A slave's committed offsets ahead of its master's last answer: handed to the master."""
+        """A slave's committed offsets ahead of its master's last answer: handed to the master.
+        None until its log follows the master's (replication connected): before, a former master's
+        offsets may cover messages only it had, at queue offsets the master fills with others."""
+        slave = self.ha.slave
+        if slave is None or not slave.connected:
+            return []
         return await asyncio.to_thread(ha_metadata.offsets_ahead, self.store, self.master_offsets)
 
     async def take_slave_offsets(self, found: list[dict[str, Any]]) -> int:
         """A master takes the offsets a slave committed that are ahead of its own; how many moved.
         Its slaves hear of them at once (the metadata version moves)."""
         self.require_master()
-        moved = await asyncio.to_thread(ha_metadata.apply_offsets, self.store, found)
+        moved = await asyncio.to_thread(ha_metadata.apply_offsets, self.store, found, True)
         if moved:
             self.metadata.bump()
         return moved

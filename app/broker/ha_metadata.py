@@ -11,7 +11,9 @@ A slave takes the master's topic configurations as they are (creating, changing 
 own) and each committed offset that is ahead of its own: an offset committed on the slave while the
 master was away is not moved back. The other way, before each request the slave hands the master
 the offsets committed on it that are ahead of the master's last answer (``POST /v1/ha/offsets``),
-and the master takes those ahead of its own: the greater offset wins on both sides.
+and the master takes those ahead of its own: the greater offset wins on both sides, except that
+no offset goes past the master's queue end (a former master's offsets may cover messages it alone
+had), and a slave promoted lowers the offsets it copied past its own queue ends.
 """
 
 from __future__ import annotations
@@ -78,12 +80,16 @@ def apply_topics(
     return upserted, deleted
 
 
-def apply_offsets(store: MessageStore, found: list[dict[str, Any]]) -> int:
-    """Take each of the master's committed offsets that is ahead of the slave's; how many moved."""
+def apply_offsets(store: MessageStore, found: list[dict[str, Any]], within_queues: bool = False) -> int:
+    """Take each of the other side's committed offsets that is ahead of this store's; how many
+    moved. ``within_queues`` (a master taking a slave's): none past this store's queue end, which
+    would skip the messages this log stores next at those offsets."""
     offsets = store.consumer_offsets
     moved = 0
     for entry in found:
         group, topic, queue_id, offset = entry["group"], entry["topic"], entry["queue_id"], entry["offset"]
+        if within_queues:
+            offset = min(offset, store.max_offset(topic, queue_id))
         if offset > offsets.committed(group, topic, queue_id):
             offsets.commit(group, topic, queue_id, offset)
             moved += 1

@@ -395,6 +395,9 @@ class HaRole:
             else:
                 epoch = self.epoch + 1
             await asyncio.to_thread(self._begin_epoch, epoch)
+            # Offsets copied from the old master may cover messages it never confirmed: this log
+            # stores other messages at those queue offsets from now on.
+            await asyncio.to_thread(self.store.consumer_offsets.clamp_to_queue_ends)
             # What this log holds is what the next promoted slave must hold: the registry's record
             # starts the epoch's confirmed offset there, and the renewals keep to it.
             self.confirmed_offset = max(self.confirmed_offset, self.store.commitlog.max_offset)

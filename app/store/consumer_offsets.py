@@ -124,6 +124,39 @@ class ConsumerOffsetManager:
             self._dirty.add((key, queue_id))
             self._version += 1
 
+    def clamp_to_queue_ends(self) -> list[OffsetEntry]:
+        """Lower every committed offset past its queue's end to that end; the entries lowered (as
+        they were). Called where the log's end moved back under the table - recovery cut a torn
+        tail, a former master cut what the new master never had, a slave that copied its
+        master's offsets became the master - because the messages stored next at those queue
+        offsets are not the ones the group consumed, and an offset past them would skip them."""
+        if self.queues is None:
+            return []
+        lowered: list[OffsetEntry] = []
+        with self._lock:
+            for key, queues in self._table.items():
+                topic, _, group = key.partition("@")
+                for queue_id, offset in queues.items():
+                    end = self.queues.max_offset(topic, queue_id)
+                    if offset > end:
+                        lowered.append(OffsetEntry(group, topic, queue_id, offset))
+                        queues[queue_id] = end
+                        self._dirty.add((key, queue_id))
+            if lowered:
+                self._version += 1
+        for entry in lowered[:10]:
+            log.warning(
+                "group %s on %s queue %d: committed offset %d is past the queue's end %d; lowered",
+                entry.group,
+                entry.topic,
+                entry.queue_id,
+                entry.offset,
+                self.queues.max_offset(entry.topic, entry.queue_id),
+            )
+        if len(lowered) > 10:
+            log.warning("%d more committed offsets lowered to their queues' ends", len(lowered) - 10)
+        return lowered
+
     def committed(self, group: str, topic: str, queue_id: int) -> int:
         """The offset as committed, :data:`NOT_FOUND` (-1) if none; not clamped."""
         queues = self._table.get(table_key(topic, group))

@@ -206,6 +206,7 @@ class MessageStore:
                 self.index_service.trim(self.commitlog.max_offset)
                 self.index_service.schedule_rebuild(self.commitlog, self.commitlog.max_offset)
             self.consumer_offsets.load()
+            self.consumer_offsets.clamp_to_queue_ends()  # recovery may have cut what they covered
         except BaseException:
             self._release_after_failed_open()
             raise
@@ -371,6 +372,8 @@ class MessageStore:
             checkpoint.commitlog_offset = min(checkpoint.commitlog_offset, offset)
             checkpoint.consumequeue_offset = min(checkpoint.consumequeue_offset, offset)
             checkpoint.flush()
+            # Offsets committed past the cut would skip the new master's messages stored there.
+            self.consumer_offsets.clamp_to_queue_ends()
 
     def restart_replica_at(self, offset: int) -> None:
         """Drop the whole CommitLog and every ConsumeQueue entry, so that the next replicated bytes

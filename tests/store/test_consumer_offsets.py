@@ -251,6 +251,23 @@ def test_offsets_are_clamped_to_what_retention_left(make_store: StoreFactory) ->
     assert store.consumer_offsets.query("billing", "orders", 0) == first_kept
 
 
+def test_offsets_past_a_queues_end_are_lowered_to_it_at_open(make_store: StoreFactory) -> None:
+    # What recovery leaves when it cut a torn tail the group had consumed: the messages stored
+    # next at those queue offsets are others, and an offset past them would skip them.
+    store = make_store()
+    store.append([message(queue_id=0) for _ in range(6)])
+    store.consumer_offsets.commit("billing", "orders", 0, 9)
+    store.consumer_offsets.commit("billing", "orders", 1, 3)  # a queue that holds nothing
+    store.consumer_offsets.commit("audit", "orders", 0, 4)
+    store.close()
+    store = make_store()
+    offsets = store.consumer_offsets
+    assert [offsets.committed(*key) for key in [("billing", "orders", 0), ("billing", "orders", 1)]] == [6, 0]
+    assert offsets.committed("audit", "orders", 0) == 4
+    store.close()
+    assert make_store().consumer_offsets.committed("billing", "orders", 0) == 6  # and persisted
+
+
 def test_the_store_answers_whether_a_message_is_out_of_memory(make_store: StoreFactory) -> None:
     store: MessageStore = make_store()
     store.append([message(body=b"x" * 1000) for _ in range(3)])

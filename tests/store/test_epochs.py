@@ -78,3 +78,27 @@ def test_a_cut_replica_drops_the_tail_from_its_queues_and_takes_the_masters_inst
     reopened = make_store(tmp_path / "slave")
     assert reopened.commitlog.max_offset == master.commitlog.max_offset
     assert [reopened.max_offset("orders", queue_id) for queue_id in (0, 1)] == [7, 7]
+
+
+def test_a_cut_replica_lowers_the_offsets_committed_past_the_cut(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    master = make_store(tmp_path / "master")
+    slave = make_store(tmp_path / "slave")
+    for number in range(4):
+        master.append([message(body=f"shared-{number}".encode())])
+    copy_all(master, slave)
+    common = master.commitlog.max_offset
+    for number in range(3):  # the former master's own tail, consumed by a group there
+        slave.append([message(body=f"alone-{number}".encode())])
+    slave.consumer_offsets.commit("billing", "orders", 0, 7)
+    slave.consumer_offsets.commit("audit", "orders", 0, 2)
+
+    slave.truncate_replica(common)
+    assert slave.consumer_offsets.committed("billing", "orders", 0) == 4
+    assert slave.consumer_offsets.committed("audit", "orders", 0) == 2
+    master.append([message(body=b"new-0")])
+    copy_all(master, slave)
+    # The group reads on from offset 4: the new master's message there, not past it.
+    offset = slave.consumer_offsets.query("billing", "orders", 0)
+    assert [m.body for m in slave.read_messages("orders", 0, offset, 64)] == [b"new-0"]
