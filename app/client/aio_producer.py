@@ -229,6 +229,11 @@ class AsyncProducer(AsyncHttpOwner):
                         previous.end()
                         await turn.wait()
                 try:
+                    if not queue.address:
+                        raise BrokerUnavailableError(
+                            f"{queue.broker_name} has no master now, and messages of sharding key "
+                            f"{sharding_key!r} stay on its queue {queue.queue_id} to keep their order"
+                        )
                     if self.pipeline and params is None:
                         return await self._pipe(topic, queue, messages, turn)
                     return await self._post_timed(topic, queue, messages, params)
@@ -249,7 +254,9 @@ class AsyncProducer(AsyncHttpOwner):
     def _select(
         self, route: TopicRoute, topic: str, sharding_key: str | None, queue_id: int | None, avoid: str | None
     ) -> MessageQueue:
-        queues = route.write_queues
+        """The queue to send to; for a sharding key, its queue even while that queue's broker name
+        has no master (address ""): the send fails then, rather than break the key's order."""
+        queues = (route.keyed_queues or route.write_queues) if sharding_key is not None else route.write_queues
         if queue_id is not None:
             queues = tuple(queue for queue in queues if queue.queue_id == queue_id)
         if not queues:

@@ -32,6 +32,10 @@ class TopicRoute:
     read_queues: tuple[MessageQueue, ...]
     # broker name -> {broker id: address}; id 0 is the master.
     brokers: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    # The queues a sharding key is mapped over: every writable queue of every broker name the
+    # route lists, with or without a master now (address "" while it has none), so that a key
+    # stays on its queue through a failover instead of moving to another broker name's.
+    keyed_queues: tuple[MessageQueue, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicRoute:
@@ -42,10 +46,15 @@ class TopicRoute:
             }
             for broker in data["broker_datas"]
         }
-        write, read = [], []
+        write, read, keyed = [], [], []
         for queue_data in data["queue_datas"]:
             addresses = brokers.get(queue_data["broker_name"], {})
             master = addresses.get(0)
+            if queue_data["perm"] & PERM_WRITE:
+                keyed += [
+                    MessageQueue(queue_data["broker_name"], q, master or "")
+                    for q in range(queue_data["write_queue_nums"])
+                ]
             if master is not None and queue_data["perm"] & PERM_WRITE:
                 write += [
                     MessageQueue(queue_data["broker_name"], q, master)
@@ -58,7 +67,7 @@ class TopicRoute:
                     MessageQueue(queue_data["broker_name"], q, reader)
                     for q in range(queue_data["read_queue_nums"])
                 ]
-        return cls(data["topic"], tuple(sorted(write)), tuple(sorted(read)), brokers)
+        return cls(data["topic"], tuple(sorted(write)), tuple(sorted(read)), brokers, tuple(sorted(keyed)))
 
     def addresses(self) -> list[str]:
         """Every broker the route names: the queues' readers and writers, then each broker name's

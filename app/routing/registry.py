@@ -254,8 +254,11 @@ class RouteRegistry:
         return [row.address for row in expired]
 
     def _drop_orphans(self, session: Session) -> None:
-        masters = list(session.scalars(select(BrokerRow.broker_name).where(BrokerRow.broker_id == MASTER_ID)))
-        session.execute(delete(QueueDataRow).where(QueueDataRow.broker_name.not_in(masters)))
+        # A broker name keeps its queues while any of its brokers is registered, as RocketMQ's
+        # NameServer does: its slaves serve reads, and a sharding key waits for its next master
+        # instead of moving to another name's queue.
+        names = select(BrokerRow.broker_name).distinct()
+        session.execute(delete(QueueDataRow).where(QueueDataRow.broker_name.not_in(names)))
         session.flush()
         self._drop_empty_topics(session)
         clusters_in_use = list(session.scalars(select(BrokerRow.cluster_name).distinct()))

@@ -28,6 +28,7 @@ from app.client import (
     WharfClientError,
 )
 from app.client.aio import OrderedLines
+from app.sharding import queue_for_key
 from tests.api.server import BrokerProcess
 from tests.client.test_end_to_end import DeadBroker
 
@@ -358,6 +359,41 @@ def test_a_send_retries_on_another_broker_after_a_failure(broker: BrokerProcess)
     assert sorted(stored_bodies(broker, topic, 0) + stored_bodies(broker, topic, 1)) == sorted(
         f"x{i}".encode() for i in range(6)
     )
+
+
+def test_a_sharding_key_waits_for_its_queues_master_instead_of_moving_to_another_broker_name(
+    broker: BrokerProcess,
+) -> None:
+    """A broker name whose master is down (its slaves still registered) keeps its queues in the
+    route: a key mapped there fails to send, rather than going to another name's queue and so
+    overtaking its own earlier messages once that master is back."""
+    topic = new_topic(broker, 1)
+
+    async def scenario() -> tuple[list[SendResult], str]:
+        async with AsyncProducer(broker.url, retries=1) as producer:
+            live = await producer.routes.get(topic)
+            (queue,) = live.write_queues
+            orphan = type(queue)("zz-no-master", 0, "")
+            route = type(live)(topic, live.write_queues, live.read_queues, live.brokers, (queue, orphan))
+
+            async def route_without_a_master(topic: str, refresh: bool = False) -> Any:
+                return route
+
+            producer.routes.get = route_without_a_master  # type: ignore[method-assign]
+            keys = [f"key-{n}" for n in range(20)]
+            waiting = next(key for key in keys if queue_for_key(key, 2) == 1)
+            with pytest.raises(WharfClientError, match="zz-no-master has no master now"):
+                await producer.send(topic, "must not move", sharding_key=waiting)
+            placed = next(key for key in keys if queue_for_key(key, 2) == 0)
+            results = [
+                await producer.send(topic, "keyed", sharding_key=placed),
+                await producer.send(topic, "free"),
+            ]
+        return results, queue.broker_name
+
+    results, live_name = run(scenario())
+    assert {result.broker_name for result in results} == {live_name}
+    assert stored_bodies(broker, topic, 0) == [b"keyed", b"free"]
 
 
 def test_a_refused_batch_is_raised_not_retried(broker: BrokerProcess) -> None:

@@ -113,4 +113,9 @@ def test_route_takes_master_addresses_and_permissions() -> None:
         }
     )
     assert [(q.broker_name, q.queue_id, q.address) for q in route.write_queues] == [("a", 0, "http://a")]
+    # A sharding key maps over every writable queue, a broker name without a master included.
+    assert [(q.broker_name, q.queue_id, q.address) for q in route.keyed_queues] == [
+        ("a", 0, "http://a"),
+        ("gone", 0, ""),
+    ]
     assert [(q.broker_name, q.queue_id) for q in route.read_queues] == [("a", 0), ("a", 1), ("b", 0)]

@@ -87,6 +87,23 @@ def test_silent_brokers_expire_with_what_they_leave_empty(registry: RouteRegistr
     assert registry.scan_expired(120) == []
 
 
+def test_a_broker_name_keeps_its_queues_while_a_slave_of_it_is_registered(
+    registry: RouteRegistry, clock: Clock
+) -> None:
+    registry.register(A, [TopicConfig("orders", 4, 4)])
+    registry.register(A_SLAVE, [TopicConfig("orders", 4, 4)])
+    clock.now += 100
+    registry.register(A_SLAVE, [TopicConfig("orders", 4, 4)])  # the master is silent
+    clock.now += 30
+    assert registry.scan_expired(120) == ["http://a:8080"]
+    route = registry.topic_route("orders")
+    assert route is not None and [q["broker_name"] for q in route["queue_datas"]] == ["broker-a"]
+    assert route["broker_datas"][0]["addresses"] == {"1": "http://a2:8080"}
+    clock.now += 130
+    assert registry.scan_expired(120) == ["http://a2:8080"]
+    assert registry.topic_route("orders") is None
+
+
 def test_clean_unregister_removes_broker_topics_and_cluster(registry: RouteRegistry) -> None:
     registry.register(C, [TopicConfig("west-topic")])
     registry.unregister(C)
