@@ -589,7 +589,7 @@ cdef char* put_record_head(
     and store timestamp); returns where the properties go."""
     write_i32(out, <int32_t>total)
     write_i32(out + 4, <int32_t>0xDAA320A7)
-    write_i32(out + 8, <int32_t><uint32_t>zcrc32(0, <const uint8_t*>body, <unsigned int>body_length))
+    write_i32(out + 8, <int32_t>(zcrc32(0, <const uint8_t*>body, <unsigned int>body_length) & 0x7FFFFFFF))
     write_i32(out + POS_QUEUEID, queue_id)
     write_i32(out + 16, flag)
     write_i64(out + POS_QUEUEOFFSET, -1)
@@ -732,6 +732,7 @@ cdef object check(const uint8_t* buf, Py_ssize_t length, Py_ssize_t pos, int64_t
                   bint with_properties):
     cdef Py_ssize_t remaining = length - pos, body_end, topic_end, record_end, at, item_end, cut
     cdef int32_t total, magic, body_crc, body_length
+    cdef unsigned long crc
     cdef int16_t properties_length
     cdef int64_t queue_offset, store_ts
     cdef Py_ssize_t i
@@ -762,8 +763,10 @@ cdef object check(const uint8_t* buf, Py_ssize_t length, Py_ssize_t pos, int64_t
         return None
     if properties_length and buf[record_end - 1] != 2:
         return None
+    # RocketMQ's masked CRC, or the full one a store written before the mask holds.
     body_crc = read_i32(buf + pos + 8)
-    if <int32_t><uint32_t>zcrc32(0, buf + pos + POS_BODY, <unsigned int>body_length) != body_crc:
+    crc = zcrc32(0, buf + pos + POS_BODY, <unsigned int>body_length)
+    if <int32_t>(crc & 0x7FFFFFFF) != body_crc and <int32_t><uint32_t>crc != body_crc:
         return None
     if topic_end == body_end + 1:
         return None

@@ -37,7 +37,7 @@ from app.store.record_format import (
     Tagged,
     decode_properties,
     message_id,
-    signed_crc,
+    crc_matches,
     tags_hash,
 )
 
@@ -147,7 +147,7 @@ def decode_record(
     (props_len,) = SHORT.unpack_from(buf, topic_end)
     if FIXED_SIZE + body_len + topic_len + props_len != total or props_len < 0:
         raise CorruptRecordError(f"field lengths do not add up to the record size {total} at {pos}")
-    if check_crc and signed_crc(body) != body_crc:
+    if check_crc and not crc_matches(body, body_crc):
         raise CorruptRecordError(f"body CRC mismatch at {pos}")
     props_start = topic_end + 2
     return StoredMessage(
@@ -259,7 +259,7 @@ def python_check_record(
     # A properties string always ends in its separator: anything else there is a torn tail.
     if props_len and buf[record_end - 1] != 2:
         return None
-    if signed_crc(buf[pos + POS_BODY : body_end]) != body_crc:
+    if not crc_matches(buf[pos + POS_BODY : body_end], body_crc):
         return None
     topic = _valid_topic(bytes(buf[body_end + 1 : topic_end]))
     if topic is None:

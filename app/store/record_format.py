@@ -5,7 +5,7 @@ All integers are big-endian. The fixed part is 91 bytes::
     offset  field                       size
     0       TOTALSIZE                   4   whole record
     4       MAGICCODE                   4   MESSAGE_MAGIC, or BLANK_MAGIC for the end-of-file filler
-    8       BODYCRC                     4   CRC32 of BODY
+    8       BODYCRC                     4   CRC32 of BODY & 0x7FFFFFFF (RocketMQ's UtilAll.crc32)
     12      QUEUEID                     4
     16      FLAG                        4
     20      QUEUEOFFSET                 8   position in its ConsumeQueue, counted in messages
@@ -279,7 +279,7 @@ def python_encode_record(message: Message, store_host: bytes, now_ms: int, limit
     header = HEADER.pack(
         total,
         MESSAGE_MAGIC,
-        signed_crc(body),
+        body_crc(body),
         message.queue_id,
         message.flag,
         PLACEHOLDER,
@@ -309,9 +309,17 @@ def python_encode_record(message: Message, store_host: bytes, now_ms: int, limit
     )
 
 
-def signed_crc(data: bytes | bytearray | memoryview) -> int:
+def body_crc(data: bytes | bytearray | memoryview) -> int:
+    """BODYCRC as RocketMQ writes it (``UtilAll.crc32``): the body's CRC32 with its top bit
+    cleared, so that the int is never negative."""
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def crc_matches(data: bytes | bytearray | memoryview, stored: int) -> bool:
+    """Whether ``stored`` is the body's CRC: RocketMQ's masked value, or the full CRC32 as a signed
+    int, which Wharf wrote before it masked (a store from then still opens)."""
     crc = zlib.crc32(data)
-    return crc - (1 << 32) if crc & 0x80000000 else crc
+    return stored == crc & 0x7FFFFFFF or stored == (crc - (1 << 32) if crc & 0x80000000 else crc)
 
 
 if compiled is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import struct
+import zlib
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -20,7 +22,9 @@ from app.store import (
     decode_record,
     message_id,
     parse_message_id,
+    record_format,
 )
+from app.store import record as record_module
 from app.store.record import BLANK, check_record
 from app.store.record_format import (
     BLANK_MAGIC,
@@ -188,6 +192,30 @@ def test_decode_reads_a_record_in_the_middle_of_a_buffer() -> None:
 
 
 # -- check_record rejects corruption ----------------------------------------------------------------
+
+
+# CRC-32's published check value: crc32("123456789") is 0xCBF43926. RocketMQ's UtilAll.crc32 clears
+# the top bit (0x4BF43926); Wharf wrote the full value, as a signed int, before it did the same.
+CHECK_BODY, ROCKETMQ_CRC, OLD_WHARF_CRC = b"123456789", 0x4BF43926, 0xCBF43926 - (1 << 32)
+
+
+@pytest.mark.parametrize("encode", [record_format.encode_record, record_format.python_encode_record])
+def test_the_body_crc_is_rocketmqs_masked_crc32(encode: Any) -> None:
+    data = encode(Message("t", CHECK_BODY), STORE_HOST, NOW_MS, LIMITS).data
+    assert struct.unpack_from(">i", data, 8)[0] == ROCKETMQ_CRC
+    short = encode(Message("t", b"hello"), STORE_HOST, NOW_MS, LIMITS).data  # top bit clear already
+    assert struct.unpack_from(">i", short, 8)[0] == zlib.crc32(b"hello") == 0x3610A686
+
+
+@pytest.mark.parametrize("check", [record_module.check_record, record_module.python_check_record])
+def test_a_record_holding_the_full_crc_of_an_older_store_still_checks(check: Any) -> None:
+    data = bytearray(stored(encode_record(Message("t", CHECK_BODY), STORE_HOST, NOW_MS, LIMITS).data, 0, 0))
+    assert check(bytes(data), 0, 0) is not None
+    struct.pack_into(">i", data, 8, OLD_WHARF_CRC)
+    assert check(bytes(data), 0, 0) is not None
+    assert decode_record(data, check_crc=True).body == CHECK_BODY
+    struct.pack_into(">i", data, 8, ROCKETMQ_CRC + 1)
+    assert check(bytes(data), 0, 0) is None
 
 
 def test_every_single_flipped_body_byte_fails_the_crc() -> None:
