@@ -256,7 +256,9 @@ class AsyncProducer(AsyncHttpOwner):
     ) -> MessageQueue:
         """The queue to send to; for a sharding key, its queue even while that queue's broker name
         has no master (address ""): the send fails then, rather than break the key's order."""
-        queues = (route.keyed_queues or route.write_queues) if sharding_key is not None else route.write_queues
+        queues = (
+            (route.keyed_queues or route.write_queues) if sharding_key is not None else route.write_queues
+        )
         if queue_id is not None:
             queues = tuple(queue for queue in queues if queue.queue_id == queue_id)
         if not queues:
