@@ -265,6 +265,12 @@ class Broker:
                     f"properties {sorted(reserved)} are reserved: use the fields tags, keys, unique_id, "
                     "delay_level, delay_ms and deliver_at_ms"
                 )
+            empty = [name for name, value in properties.items() if not value]
+            if empty:
+                raise InvalidPropertyError(
+                    f"property {empty[0]!r} has an empty value: RocketMQ's decoder drops such a "
+                    "property, so Wharf does not store it; leave it out or give it a value"
+                )
             properties = dict(properties)
         else:
             properties = {}

@@ -20,7 +20,6 @@ from typing import Any
 from app.broker.delay_message import (
     INTERNAL_TOPICS,
     MAX_LEVEL,
-    SCHEDULE_TOPIC,
     TIMER_TOPIC,
     Redeliverer,
     level_due_ms,
@@ -39,6 +38,7 @@ from app.store.record_format import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_OUT_MS,
+    SCHEDULE_TOPIC,
 )
 from app.store.results import AppendResult
 

@@ -22,12 +22,14 @@ from app.store import Message, MessageStore
 from app.store.errors import MessageRejectedError
 from app.store.record import StoredMessage
 from app.store.record_format import (
+    LEVEL_DELAYS_MS,
     POS_BODY,
     POS_PHYSICALOFFSET,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_OUT_MS,
+    SCHEDULE_TOPIC,
     SHORT,
     decode_properties,
 )
@@ -35,15 +37,10 @@ from app.store.results import PutStatus
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 
 # RocketMQ's messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
-LEVEL_DELAYS_MS = tuple(
-    seconds * 1000
-    for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
 MAX_LEVEL = len(LEVEL_DELAYS_MS)
 
 _INT64 = struct.Struct(">q")

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from app.broker.delay_message import (
     MAX_LEVEL,
-    SCHEDULE_TOPIC,
     Redeliverer,
     delivered_message,
     level_due_ms,
@@ -32,6 +31,7 @@ from app.store import MessageStore
 from app.store.atomic_file import write_atomically
 from app.store.errors import StoreConfigError
 from app.store.record import decode_record, store_timestamp
+from app.store.record_format import SCHEDULE_TOPIC
 from app.store.results import GetMessageStatus
 from app.store.service import ServiceThread
 

@@ -156,9 +156,12 @@ class Sql92Filter:
     def matches_record(self, record: memoryview) -> bool:
         try:
             raw = record_property_bytes(record)
-            for needle in self.needles:
-                if needle not in raw:
-                    return False
+            if self.needles:
+                # Each needle ends in a separator; the last property has none after it.
+                padded = raw + b"\x02"
+                for needle in self.needles:
+                    if needle not in padded:
+                        return False
             properties = decode_properties(raw)
         except (UnicodeDecodeError, ValueError, IndexError):
             return False

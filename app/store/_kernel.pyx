@@ -626,6 +626,7 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
     cdef int32_t queue_id, flag, sysflag, reconsume_times, tags_code = 0
     cdef int64_t born_timestamp, prepared
     cdef str tags = "", keys = "", unique_id = ""
+    cdef bint first
     if type(body) is not bytes or type(properties) is not dict or len(store_host) != 8:
         return None
     body_length = len(body)
@@ -656,13 +657,17 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
     for key, text in (<dict>properties).items():
         name = utf8_of(key, &name_length)
         value = utf8_of(text, &value_length)
-        if name == NULL or value == NULL or name_length == 0:
+        if name == NULL or value == NULL or name_length == 0 or value_length == 0:
             return None
         if memchr(name, 1, name_length) or memchr(name, 2, name_length):
             return None
         if memchr(value, 1, value_length) or memchr(value, 2, value_length):
             return None
         properties_length += name_length + value_length + 2
+    if properties_length:
+        properties_length -= 1  # no separator after the last
+        if value[value_length - 1] == 0:
+            return None  # the record would end in NUL: the Python twin orders the properties
     if properties_length > max_properties_size or properties_length > 32767:
         return None
     total = FIXED_SIZE + body_length + topic_length + properties_length
@@ -684,15 +689,19 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
         topic_length,
         properties_length,
     )
+    first = True
     for key, text in (<dict>properties).items():
         name = utf8_of(key, &name_length)
         value = utf8_of(text, &value_length)
+        if not first:
+            out[0] = 2
+            out += 1
+        first = False
         memcpy(out, name, name_length)
         out[name_length] = 1
         out += name_length + 1
         memcpy(out, value, value_length)
-        out[value_length] = 2
-        out += value_length + 1
+        out += value_length
     if properties:
         tags = (<dict>properties).get("TAGS", "")
         keys = (<dict>properties).get("KEYS", "")
@@ -761,8 +770,8 @@ cdef object check(const uint8_t* buf, Py_ssize_t length, Py_ssize_t pos, int64_t
     properties_length = read_i16(buf + topic_end)
     if properties_length < 0 or topic_end + 2 + properties_length != record_end:
         return None
-    if properties_length and buf[record_end - 1] != 2:
-        return None
+    if properties_length and buf[record_end - 1] == 0:
+        return None  # properties never end in NUL: zeros there are a torn tail
     # RocketMQ's masked CRC, or the full one a store written before the mask holds.
     body_crc = read_i32(buf + pos + 8)
     crc = zcrc32(0, buf + pos + POS_BODY, <unsigned int>body_length)
@@ -1072,30 +1081,48 @@ cdef int add_hash(Hashes* hashes, uint32_t value) except -1:
     return 0
 
 
+cdef inline uint32_t java_hash_on(uint32_t h, str text, Py_ssize_t start, Py_ssize_t end):
+    """Java's String.hashCode continued from ``h`` over ``text[start:end]`` (UTF-16 code units)."""
+    cdef uint32_t c
+    cdef Py_ssize_t i
+    for i in range(start, end):
+        c = PyUnicode_READ_CHAR(text, i)
+        if c > 0xFFFF:
+            c -= 0x10000
+            h = 31 * h + (0xD800 + (c >> 10))
+            h = 31 * h + (0xDC00 + (c & 0x3FF))
+        else:
+            h = 31 * h + c
+    return h
+
+
+cdef inline uint32_t positive_hash(uint32_t h):
+    """RocketMQ's indexKeyHashMethod: Math.abs of the int, 0 for Integer.MIN_VALUE."""
+    if h == 0x80000000:
+        return 0
+    return (0 - h) if h & 0x80000000 else h
+
+
 cdef int key_hashes(Hashes* hashes, str keys, str uniq_key, uint32_t prefix) except -1:
-    """The hashes of "topic#key" for each space-separated key, then for the unique id: the CRC
-    continued from the topic's prefix, sign bit cleared."""
+    """The hashes of "topic#key" for each space-separated key, then for the unique id: Java's
+    String.hashCode continued from the topic's prefix, as RocketMQ's index takes it."""
     cdef Py_ssize_t length, start = 0, i
-    cdef const char* text
     hashes.count = 0
     if keys:
-        text = PyUnicode_AsUTF8AndSize(keys, &length)
+        length = len(keys)
         for i in range(length + 1):
-            if i == length or text[i] == 32:
+            if i == length or PyUnicode_READ_CHAR(keys, i) == 32:
                 if i > start:
-                    add_hash(hashes, <uint32_t>zcrc32(prefix, <const uint8_t*>text + start, <unsigned int>(i - start)) & INDEX_MAX_INT)
+                    add_hash(hashes, positive_hash(java_hash_on(prefix, keys, start, i)))
                 start = i + 1
     if uniq_key:
-        text = PyUnicode_AsUTF8AndSize(uniq_key, &length)
-        add_hash(hashes, <uint32_t>zcrc32(prefix, <const uint8_t*>text, <unsigned int>length) & INDEX_MAX_INT)
+        add_hash(hashes, positive_hash(java_hash_on(prefix, uniq_key, 0, len(uniq_key))))
     return 0
 
 
 cdef uint32_t topic_prefix(str topic) except? 0:
-    """The CRC of "topic#", where every key hash of the topic starts."""
-    cdef Py_ssize_t length
-    cdef const char* text = PyUnicode_AsUTF8AndSize(topic, &length)
-    return <uint32_t>zcrc32(zcrc32(0, <const uint8_t*>text, <unsigned int>length), <const uint8_t*>b"#", 1)
+    """Java's hash of "topic#", where every key hash of the topic starts."""
+    return 31 * java_hash_on(0, topic, 0, len(topic)) + 35
 
 
 def index_messages(
@@ -1196,6 +1223,13 @@ cdef enum:
     CQ_UNIT_SIZE = 20
 
 
+cdef object _SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+cdef tuple _LEVEL_DELAYS_MS = tuple(
+    seconds * 1000
+    for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+
+
 def write_records(
     mm,
     Py_ssize_t position,
@@ -1263,6 +1297,10 @@ def write_records(
                 PyByteArray_Resize(entries, run_length + CQ_UNIT_SIZE)
                 write_i64(PyByteArray_AS_STRING(entries) + run_length, physical_offset)
                 write_i32(PyByteArray_AS_STRING(entries) + run_length + 8, <int32_t>size)
+                if topic is _SCHEDULE_TOPIC or topic == _SCHEDULE_TOPIC:
+                    # A delay level's entry holds when its message is due (the twin's queue_tags_code).
+                    if 0 <= queue_id < len(_LEVEL_DELAYS_MS):
+                        tags_code = now + <int64_t>_LEVEL_DELAYS_MS[queue_id]
                 write_i64(PyByteArray_AS_STRING(entries) + run_length + 12, <int64_t>tags_code)
             else:
                 queue_offset = 0
@@ -1420,7 +1458,9 @@ cdef class PlainEncoder:
             unique_id = PyUnicode_DecodeASCII(id_text, id_length, NULL)
             supplied_id = <const uint8_t*>id_text
             sysflag = 0
-        properties_length += 8 + id_length + 2
+        if id_length == 0 or supplied_id[id_length - 1] == 0:
+            return False  # an empty value, or a record ending in NUL: the general path decides
+        properties_length += 8 + id_length + 1
         if properties_length > self.max_properties or properties_length > 32767:
             return False
         by_turn = queue_id < 0
@@ -1473,7 +1513,6 @@ cdef class PlainEncoder:
             keys_value = ""
         memcpy(out, b"UNIQ_KEY\x01", 9)
         memcpy(out + 9, supplied_id, id_length)
-        out[9 + id_length] = 2
         key = (self.topic, queue_id)
         known = self.entries.get(key)
         self.entries[key] = 1 if known is None else known + 1

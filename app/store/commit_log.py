@@ -36,12 +36,14 @@ from app.store.record_format import (
     OFFSETS,
     POS_QUEUEOFFSET,
     POS_STORETIMESTAMP,
+    SCHEDULE_TOPIC,
     SIZE_MAGIC,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     TIMESTAMP,
     EncodedRecord,
+    queue_tags_code,
 )
 from app.store.results import AppendResult, PutStatus
 
@@ -104,6 +106,8 @@ def python_write_records(
             run = runs.get(key)
             if run is None:
                 run = runs[key] = (queue_offset, bytearray())
+            if topic == SCHEDULE_TOPIC:
+                tags_code = queue_tags_code(topic, queue_id, tags_code, now)
             run[1].extend(pack_unit(physical_offset, size, tags_code))
         else:
             queue_offset = 0

@@ -11,10 +11,13 @@ The entries of one slot form a linked list from the newest back, through "previo
 is never used, so 0 means "none" everywhere. A lookup walks one list and keeps the entries whose
 key hash matches: different keys can share a hash, so callers check the message itself.
 
-Two choices differ from RocketMQ, and say why:
+The key hash is RocketMQ's (IndexFile.indexKeyHashMethod): the absolute value of Java's
+``String.hashCode`` of ``topic#key``, 0 for Integer.MIN_VALUE, so that RocketMQ's own
+``IndexFile.selectPhyOffset`` finds Wharf's keys. (Wharf's index files before this used CRC-32: a
+store without the marker :data:`FORMAT_MARKER` has its index files rebuilt at its next start.)
 
-* The key hash is CRC-32 (cleared sign bit) of the UTF-8 key, not Java's ``String.hashCode``: it is
-  stable across runs and computed in C, which matters on the index thread's hot loop.
+One choice differs from RocketMQ, and says why:
+
 * The begin/end offsets and timestamps cover every message the index has *seen*, indexed or not
   (RocketMQ covers only indexed ones); the end offset is exclusive. Recovery resumes indexing at the
   last file's end offset, so a store whose messages carry no keys is not re-walked at every start.
@@ -35,7 +38,6 @@ import calendar
 import struct
 import sys
 import time
-import zlib
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,7 +47,7 @@ from app.store.atomic_file import fsync_directory
 from app.store.errors import DiskFullError
 from app.store.kernel import compiled
 from app.store.mapped_file import Growth, MappedFile
-from app.store.record_format import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK
+from app.store.record_format import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, java_hash_continue
 
 HEADER = struct.Struct(">qqqqii")  # begin ts | end ts | begin offset | end offset | used slots | next entry
 assert HEADER.size == 40
@@ -57,6 +59,11 @@ assert ENTRY.size == 20
 ENTRY_SIZE = ENTRY.size
 
 MAX_INT = (1 << 31) - 1
+# In the store's config directory (not the index directory, every file of which RocketMQ maps as
+# an index file): says the index files hash keys as RocketMQ does. A store without it was written
+# by a Wharf that hashed them with CRC-32; its index files are rebuilt.
+FORMAT_MARKER = "indexFormat.json"
+FORMAT = b'{"key_hash": "java-string-hashcode"}\n'
 # Disk for entries is allocated this much at a time, ahead of the index thread.
 ENTRY_CHUNK = 2 * 1024 * 1024
 # Entries allocated ahead before a batch is indexed (more for a message with more keys).
@@ -95,9 +102,22 @@ class Placement(Protocol):
     def store_timestamp(self) -> int: ...
 
 
+def positive_hash(h: int) -> int:
+    """RocketMQ's indexKeyHashMethod of an unsigned 32-bit Java hash: ``Math.abs`` of the int, and 0
+    for Integer.MIN_VALUE (whose absolute value is itself, negative)."""
+    if h & 0x80000000:
+        h = (1 << 32) - h
+    return h & MAX_INT if h != 1 << 31 else 0
+
+
 def key_hash(key: str) -> int:
-    """The stable, non-negative 31-bit hash of an index key."""
-    return zlib.crc32(key.encode()) & MAX_INT
+    """The hash RocketMQ files an index key (``topic#key``) under."""
+    return positive_hash(java_hash_continue(0, key))
+
+
+def topic_prefix(topic: str) -> int:
+    """Java's hash of ``topic#`` (unsigned), where every key hash of the topic goes on from."""
+    return java_hash_continue(0, f"{topic}#")
 
 
 def index_file_size(max_hash_slots: int, max_index_count: int) -> int:
@@ -278,7 +298,7 @@ class IndexFile:
         mm = self.mapped.mm
         slots, entries_at, begin = self.max_hash_slots, self._entries_at, self.begin_timestamp
         unpack_slot, pack_slot, pack_entry = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
-        crc32 = zlib.crc32
+        hash_on = java_hash_continue
         number = self.next_entry
         limit = limit or self.max_index_count
         used = 0
@@ -294,14 +314,14 @@ class IndexFile:
                 keys = uniq_key = ""  # never looked up; prepared messages are, as in RocketMQ
             prefix = prefixes.get(topic)
             if prefix is None:
-                prefix = prefixes[topic] = crc32(f"{topic}#".encode())
-            # The CRC of "topic#key", continued from the topic's prefix.
+                prefix = prefixes[topic] = topic_prefix(topic)
+            # The hash of "topic#key", continued from the topic's prefix.
             if keys:
-                hashes = [crc32(key.encode(), prefix) & MAX_INT for key in keys.split(" ") if key]
+                hashes = [positive_hash(hash_on(prefix, key)) for key in keys.split(" ") if key]
                 if uniq_key:
-                    hashes.append(crc32(uniq_key.encode(), prefix) & MAX_INT)
+                    hashes.append(positive_hash(hash_on(prefix, uniq_key)))
             elif uniq_key:
-                hashes = [crc32(uniq_key.encode(), prefix) & MAX_INT]
+                hashes = [positive_hash(hash_on(prefix, uniq_key))]
             else:
                 hashes = []
             if len(hashes) > limit - number:

@@ -30,10 +30,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from app.store.atomic_file import fsync_directory, write_atomically
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog
 from app.store.errors import DiskFullError
 from app.store.index_file import (
+    FORMAT,
     IndexFile,
     KeyedRecord,
     Placement,
@@ -86,9 +88,12 @@ class IndexService(ServiceThread):
         flush_interval_ms: int = 1_000,
         clock: Callable[[], float] = time.time,
         check_room: Callable[[int], None] | None = None,
+        format_path: Path | None = None,
     ) -> None:
         super().__init__(POLL_INTERVAL_S)
         self.directory = directory
+        # The key hash the files use (:data:`FORMAT_MARKER`); None: not checked (a bare service).
+        self.format_path = format_path
         self.checkpoint = checkpoint
         self.max_hash_slots = max_hash_slots
         self.max_index_count = max_index_count
@@ -103,7 +108,7 @@ class IndexService(ServiceThread):
         self._done = 0  # batches indexed; written by the index thread only
         self._done_changed = threading.Condition()
         self._dirty = False
-        self._key_prefixes: dict[str, int] = {}  # topic -> crc32 of "topic#"
+        self._key_prefixes: dict[str, int] = {}  # topic -> Java hash of "topic#"
         # What the last start-up did: files dropped as untrustworthy, messages indexed again.
         self.dropped_files: list[str] = []
         self.rebuilt_messages = 0
@@ -126,14 +131,31 @@ class IndexService(ServiceThread):
     def load(self, clean: bool) -> list[str]:
         """Map every index file; after an unclean stop drop those that cannot be trusted.
 
-        Returns the names of the dropped files. A file is dropped (with every later one) when its
-        header is newer than the checkpoint's index timestamp. The last file kept is rolled back to
+        Returns the names of the dropped files. Every file is dropped when the store's format marker
+        says its keys were hashed with CRC-32 (an older Wharf). A file is dropped (with every later
+        one) when its header is newer than the checkpoint's index timestamp. The last file kept is rolled back to
         its header (the entries written after its last flush are undone, and indexed again by
         :meth:`rebuild`), or dropped when it cannot be.
         """
-        if not self.directory.is_dir():
-            return []
-        names = sorted(path.name for path in self.directory.iterdir() if path.name.isdigit())
+        directory = self.directory
+        names = (
+            sorted(path.name for path in directory.iterdir() if path.name.isdigit())
+            if directory.is_dir()
+            else []
+        )
+        rehashed: list[str] = []
+        if self.format_path is not None and not self._format_is_current():
+            if names:
+                log.warning(
+                    "dropping %d index files hashed with CRC-32 by an older Wharf; they are rebuilt "
+                    "from the CommitLog with RocketMQ's key hash",
+                    len(names),
+                )
+                for name in names:
+                    (self.directory / name).unlink()
+                fsync_directory(self.directory)
+            rehashed, names = names, []
+            write_atomically(self.format_path, FORMAT)
         if names and (self.directory / names[-1]).stat().st_size == 0:
             # A file whose creation a crash cut short: nothing in it, and no room may be left for it.
             (self.directory / names.pop()).unlink()
@@ -155,8 +177,15 @@ class IndexService(ServiceThread):
             if keep and keep == len(files) and not files[-1].roll_back_to_header():
                 keep, reason = keep - 1, "written after its last flush, and not repairable"
         self.files = files[:keep]
-        self.dropped_files = self._drop(files[keep:], reason)
+        self.dropped_files = rehashed + self._drop(files[keep:], reason)
         return self.dropped_files
+
+    def _format_is_current(self) -> bool:
+        assert self.format_path is not None
+        try:
+            return self.format_path.read_bytes() == FORMAT
+        except FileNotFoundError:
+            return False
 
     def trim(self, log_end: int) -> list[str]:
         """Drop the files (and every later one) that cover CommitLog bytes past ``log_end``."""

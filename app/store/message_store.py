@@ -52,6 +52,7 @@ from app.store.flush import (
     GroupCommitService,
     flush_together,
 )
+from app.store.index_file import FORMAT_MARKER
 from app.store.index_service import IndexService
 from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
 from app.store.mapped_file_queue import MappedFileQueue
@@ -119,6 +120,7 @@ class MessageStore:
                 config.flush_interval_index_ms,
                 clock,
                 check_room=check_room,
+                format_path=config.config_dir / FORMAT_MARKER,
             )
         self.dirty_queues = DirtyQueues()
         # Read before recovery dispatches anything: a deleted topic's records must stay dead.

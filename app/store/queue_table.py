@@ -19,6 +19,7 @@ from app.store.consume_queue import UNIT, ConsumeQueue
 from app.store.file_cache import SegmentCache, max_map_count, raise_nofile_limit, store_file_budget
 from app.store.flush import DirtyQueues
 from app.store.mapped_file import MappedFile
+from app.store.record_format import SCHEDULE_TOPIC, queue_tags_code
 from app.store.topic_deletions import TopicDeletions
 
 if TYPE_CHECKING:
@@ -221,6 +222,8 @@ class QueueDispatcher:
         queue = self.queues.queues.get((topic, queue_id)) or self.queues.obtain(
             topic, queue_id, self.check_room
         )
+        if topic == SCHEDULE_TOPIC:
+            tags_code = queue_tags_code(topic, queue_id, tags_code, store_timestamp)
         if queue.put(queue_offset, physical_offset, size, tags_code):
             self.dirty.mark(queue.files)
 

@@ -19,7 +19,7 @@ All integers are big-endian. The fixed part is 91 bytes::
     76      PREPAREDTRANSACTIONOFFSET   8
     84      BODY                        4 + n
     88+n    TOPIC                       1 + n
-    ..      PROPERTIES                  2 + n   "k\\x01v\\x02k\\x01v\\x02"
+    ..      PROPERTIES                  2 + n   "k\\x01v\\x02k\\x01v" (no separator after the last)
 
 A record is encoded outside the append lock with placeholder QUEUEOFFSET, PHYSICALOFFSET and
 STORETIMESTAMP; the CommitLog patches those three under the lock (:data:`PATCH_OFFSETS`).
@@ -109,15 +109,41 @@ PROPERTY_SEPARATOR = "\x02"
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
+# The delay levels' topic (level n waits in queue n - 1) and each level's delay, as RocketMQ's
+# ScheduleMessageService has them. A ConsumeQueue entry of this topic holds, where other topics
+# hold the tag code, the time its message is due: store timestamp + the level's delay.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+LEVEL_DELAYS_MS = tuple(
+    seconds * 1000
+    for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+
+
+def queue_tags_code(topic: str, queue_id: int, tags_code: int, store_timestamp: int) -> int:
+    """What a record's ConsumeQueue entry holds as its tag code: the due time for a delayed
+    message's entry in :data:`SCHEDULE_TOPIC` (RocketMQ's CommitLog.checkMessageAndReturnSize),
+    else the tag code."""
+    if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(LEVEL_DELAYS_MS):
+        return store_timestamp + LEVEL_DELAYS_MS[queue_id]
+    return tags_code
+
+
+def java_hash_continue(h: int, text: str) -> int:
+    """Java's String.hashCode of a string that starts with one hashing to ``h`` and goes on with
+    ``text``, unsigned: ``h*31^n + text[0]*31^(n-1) + ... + text[n-1]`` over UTF-16 code units,
+    modulo 2^32. From 0, it is ``text``'s own hash."""
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h
+
+
 @lru_cache(maxsize=4096)
 def tags_hash(tags: str) -> int:
     """The ConsumeQueue's tag code: Java's String.hashCode of the tags, 0 for none."""
     if not tags:
         return 0
-    units = tags.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    h = java_hash_continue(0, tags)
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -152,16 +178,46 @@ def parse_message_id(msg_id: str) -> tuple[str, int, int]:
     return host, port, int.from_bytes(raw[8:], "big")
 
 
+_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+
+
 def encode_properties(properties: dict[str, str]) -> bytes:
+    """``name\\x01value`` pairs joined by ``\\x02``, with no separator after the last, as RocketMQ
+    4.9.1 and later write them (MessageDecoder.messageProperties2String). A property RocketMQ's
+    decoder would not give back as sent is refused: an empty name, a separator in a name or value.
+    A pair with an empty value is left out, as RocketMQ's decoder leaves it out (the broker refuses
+    one a producer sends: this keeps a message stored before that readable and movable).
+
+    The last byte is never NUL: a record torn by a crash ends in zeros, and that is how a check
+    tells it from a whole one (a body's tear fails its CRC, a topic's its characters). A value
+    ending in NUL goes before one that does not; when every value does, the message is refused."""
     if not properties:
         return b""
-    parts = []
     for name, value in properties.items():
-        if not name or "\x01" in name or "\x02" in name or "\x01" in value or "\x02" in value:
-            raise MessageRejectedError(f"property {name!r} contains a reserved separator or is empty")
-        parts.append(f"{name}\x01{value}\x02")
+        if not name:
+            raise MessageRejectedError(f"a property has an empty name (its value is {value!r})")
+        for separator in _SEPARATORS:
+            if separator in name or separator in value:
+                raise MessageRejectedError(
+                    f"property {name!r} holds the reserved character {separator!r} "
+                    "(the separators \\x01 and \\x02 cannot be stored)"
+                )
+    items = [(name, value) for name, value in properties.items() if value]
+    if not items:
+        return b""
+    if items[-1][1].endswith("\x00"):
+        last = next((item for item in reversed(items) if not item[1].endswith("\x00")), None)
+        if last is None:
+            raise MessageRejectedError(
+                "every property value ends in NUL: a stored record cannot end in NUL, give one "
+                "property whose value does not"
+            )
+        items.remove(last)
+        items.append(last)
     try:
-        return "".join(parts).encode()
+        return PROPERTY_SEPARATOR.join(
+            f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in items
+        ).encode()
     except UnicodeEncodeError as exc:
         raise MessageRejectedError(f"a property is not valid Unicode text: {exc.reason}") from None
 

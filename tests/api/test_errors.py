@@ -41,6 +41,16 @@ PRODUCE_CASES = [
     ("json", b'{"messages": [{"body": "x", "properties": {"TAGS": "sneaky"}}]}', ErrorCode.INVALID_PROPERTY),
     ("json", b'{"messages": [{"body": "x", "properties": {"a\\u0001": "b"}}]}', ErrorCode.INVALID_PROPERTY),
     ("json", b'{"messages": [{"body": "x", "keys": ["two words"]}]}', ErrorCode.INVALID_PROPERTY),
+    # RocketMQ's decoder drops a property with an empty value: refused rather than lost.
+    (
+        "json",
+        b'{"messages": [{"body": "x", "properties": {"a": "b", "empty": ""}}]}',
+        ErrorCode.INVALID_PROPERTY,
+    ),
+    ("batch", encode_batch([IncomingMessage(b"x", properties={"empty": ""})]), ErrorCode.INVALID_PROPERTY),
+    # The last byte of a stored record is never NUL (a torn write ends in zeros): a message whose
+    # every property value ends in NUL cannot be stored.
+    ("json", b'{"messages": [{"body": "x", "unique_id": "a\\u0000"}]}', ErrorCode.INVALID_PROPERTY),
     ("json", b'{"messages": [{"body": "ok"}, {"body": ""}]}', ErrorCode.EMPTY_BODY),
     ("ndjson", b'{"body": "a"}\n{oops\n', ErrorCode.MALFORMED_BODY),
     ("ndjson", b'{"body": "a"}\n{"body": 1}\n', ErrorCode.VALIDATION_FAILED),

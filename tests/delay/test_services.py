@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.broker import Broker
-from app.broker.delay_message import SCHEDULE_TOPIC, TIMER_TOPIC, Redeliverer
+from app.broker.delay_message import TIMER_TOPIC, Redeliverer
 from app.broker.schedule import ScheduleMessageService
 from app.broker.timer import TimerMessageService
 from app.codec import IncomingMessage
@@ -22,6 +22,7 @@ from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore
 from app.store.record import StoredMessage
+from app.store.record_format import SCHEDULE_TOPIC
 from tests.store.conftest import tiny_config, wait_until
 
 TOPIC = "orders"

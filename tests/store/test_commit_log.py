@@ -30,7 +30,7 @@ SEGMENT_NAME_DIGITS = 20
 
 
 def record_size(msg: Message) -> int:
-    properties = sum(len(f"{k}\x01{v}\x02".encode()) for k, v in msg.properties.items())
+    properties = len("\x02".join(f"{k}\x01{v}" for k, v in msg.properties.items()).encode())
     return FIXED_SIZE + len(msg.body) + len(msg.topic) + properties
 
 

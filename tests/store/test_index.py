@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import struct
 import time
-import zlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -233,10 +232,87 @@ def test_the_file_has_rocketmqs_layout(tmp_path: Path) -> None:
     index.close()
 
 
-def test_key_hashes_are_crc32_without_the_sign_bit() -> None:
-    # Stable across processes (unlike hash()), so files written by one run are read by the next.
-    assert key_hash("orders#k1") == zlib.crc32(b"orders#k1") & 0x7FFFFFFF
+def test_key_hashes_are_rocketmqs_absolute_java_string_hash() -> None:
+    # Known answers of Java's String.hashCode: "hello" 99162322; "order-1" -1207111310 (abs taken);
+    # "Aa" and "BB" collide at 2112; "polygenelubricants" is Integer.MIN_VALUE, which RocketMQ's
+    # indexKeyHashMethod turns into 0 (Math.abs leaves it negative).
+    assert key_hash("hello") == 99162322
+    assert key_hash("order-1") == 1207111310
+    assert key_hash("Aa") == key_hash("BB") == 2112
+    assert key_hash("polygenelubricants") == 0
+    assert key_hash("\U0001f600") == abs(31 * 0xD83D + 0xDE00)  # one code point, two UTF-16 units
     assert all(0 <= key_hash(f"t#{i}") < 2**31 for i in range(1000))
+
+
+def rocketmq_select(raw: bytes, slots: int, key: str, begin_ms: int, end_ms: int) -> list[int]:
+    """RocketMQ 4.9's IndexFile.selectPhyOffset over an index file's bytes, as its source lays it
+    out: the key's slot, then the chain of entries back from it, keeping those whose hash matches
+    and whose time falls in [begin, end]."""
+    begin_timestamp, _, _, _, _, index_count = HEADER.unpack_from(raw, 0)
+    key_hash_value = abs(java_hash(key)) if java_hash(key) != -(2**31) else 0
+    slot_at = HEADER_SIZE + (key_hash_value % slots) * 4
+    (slot_value,) = struct.unpack_from(">i", raw, slot_at)
+    found: list[int] = []
+    if slot_value <= 0 or slot_value > index_count or index_count <= 1:
+        return found
+    next_to_read = slot_value
+    while True:
+        at = HEADER_SIZE + slots * 4 + next_to_read * 20
+        hash_read, offset, time_diff, previous = struct.unpack_from(">iqii", raw, at)
+        if time_diff < 0:
+            break
+        time_read = begin_timestamp + time_diff * 1000
+        if hash_read == key_hash_value and begin_ms <= time_read <= end_ms:
+            found.append(offset)
+        if previous <= 0 or previous > index_count or previous == next_to_read or time_read < begin_ms:
+            break
+        next_to_read = previous
+    return found
+
+
+def java_hash(text: str) -> int:
+    """Java's String.hashCode, written out independently of the store's."""
+    h = 0
+    for unit in struct.unpack(f">{len(text.encode('utf-16-be')) // 2}H", text.encode("utf-16-be")):
+        h = (h * 31 + unit) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+def test_rocketmqs_lookup_finds_every_key_and_unique_id_in_wharfs_index(make_indexed: StoreFactory) -> None:
+    store = make_indexed(max_hash_slots=64, max_index_count=400)
+    results = store.append(
+        [
+            message(
+                "orders", f"m{i}".encode(), KEYS=f"order-{i} customer-{i % 4} 顧客{i}", UNIQ_KEY=f"U{i:04d}"
+            )
+            for i in range(40)
+        ]
+    )
+    assert store.index_service is not None and store.index_service.wait_indexed()
+    store.index_service.flush()
+    (name,) = index_names(store)
+    raw = (store.config.index_dir / name).read_bytes()
+    offsets = [result.physical_offset for result in results]
+    for i, offset in enumerate(offsets):
+        for key in (f"order-{i}", f"顧客{i}", f"U{i:04d}"):
+            assert rocketmq_select(raw, 64, f"orders#{key}", 0, 2**62) == [offset], key
+    assert sorted(rocketmq_select(raw, 64, "orders#customer-1", 0, 2**62)) == offsets[1::4]
+
+
+def test_an_index_hashed_by_an_older_wharf_is_rebuilt_with_rocketmqs_hash(make_indexed: StoreFactory) -> None:
+    store = make_indexed()
+    put_keyed(store, 12)
+    store.close()
+    (store.config.config_dir / "indexFormat.json").unlink()  # as a store of the older Wharf has none
+    store = make_indexed()
+    assert store.index_service is not None and store.index_service.wait_indexed()
+    assert store.index_service.rebuilt_messages == 12
+    assert len(store.index_service.dropped_files) == 4
+    assert bodies(store.query_message_by_key("orders", "k0")) == [b"m9", b"m6", b"m3", b"m0"]
+    assert (store.config.config_dir / "indexFormat.json").exists()
+    store.close()
+    store = make_indexed()
+    assert store.index_service is not None and store.index_service.dropped_files == []
 
 
 def test_file_names_are_utc_milliseconds_and_increase_within_one_millisecond(store: MessageStore) -> None:

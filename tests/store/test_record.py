@@ -62,7 +62,11 @@ bodies = st.one_of(
 )
 topics = st.text(alphabet=TOPIC_ALPHABET, min_size=1, max_size=127)
 property_text = st.text(st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]), max_size=40)
-property_maps = st.dictionaries(property_text.filter(bool), property_text, max_size=6)
+# What a message may carry: names and values not empty (RocketMQ's decoder drops such a pair), and
+# not every value ending in NUL (a stored record cannot end in NUL).
+property_maps = st.dictionaries(property_text.filter(bool), property_text.filter(bool), max_size=6).filter(
+    lambda found: not found or not all(value.endswith("\x00") for value in found.values())
+)
 
 
 def stored(
@@ -138,7 +142,8 @@ def test_encode_patch_decode_gives_the_same_fields(
     assert decoded.queue_id == queue_id
     assert decoded.queue_offset == queue_offset
     assert decoded.physical_offset == physical_offset
-    properties_size = sum(len(f"{name}\x01{value}\x02".encode()) for name, value in properties.items())
+    # RocketMQ's layout: "name\x01value" pairs with "\x02" between them, none after the last.
+    properties_size = len("\x02".join(f"{name}\x01{value}" for name, value in properties.items()).encode())
     assert decoded.size == len(data) == FIXED_SIZE + len(body) + len(topic) + properties_size
     assert decoded.flag == flag
     assert decoded.born_timestamp == born_timestamp
@@ -175,9 +180,9 @@ def test_the_record_layout_matches_the_spec_table() -> None:
     assert (total, magic, queue_id, queue_offset, physical_offset) == (len(data), 0xDAA320A7, 3, 7, 4096)
     assert struct.unpack_from(">i", data, 84)[0] == 3 and data[88:91] == b"xyz"
     assert data[91] == len("orders") and data[92:98] == b"orders"
-    assert struct.unpack_from(">h", data, 98)[0] == len(b"TAGS\x01TagA\x02")
-    assert data[100:] == b"TAGS\x01TagA\x02"
-    assert len(data) == FIXED_SIZE + 3 + 6 + 10
+    assert struct.unpack_from(">h", data, 98)[0] == len(b"TAGS\x01TagA")
+    assert data[100:] == b"TAGS\x01TagA"  # no separator after the last property, as RocketMQ 4.9.1+
+    assert len(data) == FIXED_SIZE + 3 + 6 + 9
 
 
 def test_a_message_without_born_timestamp_is_born_now() -> None:
@@ -216,6 +221,69 @@ def test_a_record_holding_the_full_crc_of_an_older_store_still_checks(check: Any
     assert decode_record(data, check_crc=True).body == CHECK_BODY
     struct.pack_into(">i", data, 8, ROCKETMQ_CRC + 1)
     assert check(bytes(data), 0, 0) is None
+
+
+def rocketmq_record(properties: bytes, body: bytes = b'{"id": 7}', physical_offset: int = 4096) -> bytes:
+    """A record as RocketMQ 4.9's CommitLog writes it, laid out field by field from its published
+    format (not through Wharf's encoder): masked body CRC, IPv4 hosts, properties as given."""
+    topic = b"orders"
+    total = (
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + 8
+        + 8
+        + 8
+        + 4
+        + 8
+        + 4
+        + len(body)
+        + 1
+        + len(topic)
+        + 2
+        + len(properties)
+    )
+    return (
+        struct.pack(
+            ">iIiiiqqi", total, 0xDAA320A7, zlib.crc32(body) & 0x7FFFFFFF, 3, 0, 11, physical_offset, 0
+        )
+        + struct.pack(">q4sI", NOW_MS - 5, bytes([192, 168, 0, 7]), 50123)
+        + struct.pack(">q4sI", NOW_MS, bytes([10, 1, 2, 3]), 10911)
+        + struct.pack(">iqi", 0, 0, len(body))
+        + body
+        + bytes([len(topic)])
+        + topic
+        + struct.pack(">h", len(properties))
+        + properties
+    )
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x017F000001",  # RocketMQ 4.9.1 and later
+        b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x017F000001\x02",  # before, and older Wharf stores
+    ],
+    ids=["no-trailing-separator", "trailing-separator"],
+)
+@pytest.mark.parametrize("check", [record_module.check_record, record_module.python_check_record])
+def test_a_record_as_rocketmq_encodes_it_checks_and_decodes(properties: bytes, check: Any) -> None:
+    data = rocketmq_record(properties)
+    checked = check(data, 0, 4096)
+    assert checked is not None
+    assert (checked.topic, checked.queue_id, checked.queue_offset) == ("orders", 3, 11)
+    assert (checked.keys, checked.uniq_key, checked.tags_code) == ("k1 k2", "7F000001", tags_hash("TagA"))
+    decoded = decode_record(data, check_crc=True)
+    assert decoded.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "7F000001"}
+    assert (decoded.body, decoded.born_host, decoded.store_host) == (b'{"id": 7}', BORN_HOST, STORE_HOST)
+    torn = data[:-3] + bytes(3)
+    assert check(torn, 0, 4096) is None
 
 
 def test_every_single_flipped_body_byte_fails_the_crc() -> None:
@@ -313,10 +381,11 @@ def test_zeros_and_too_few_bytes_are_not_a_record() -> None:
     "properties",
     [
         {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "u-1"},
-        {"a": ""},
+        {"a": "b"},
+        {"a": "b\x00", "c": "\x00d"},
         {},
     ],
-    ids=["properties", "one-empty-property", "no-properties"],
+    ids=["properties", "one-short-property", "values-with-nul", "no-properties"],
 )
 def test_a_record_cut_short_with_zero_fill_is_rejected(properties: dict[str, str]) -> None:
     """A crash can tear a record anywhere; the bytes past the tear are zero.
@@ -378,11 +447,11 @@ def test_the_longest_topic_and_every_allowed_character_are_accepted() -> None:
 
 
 def test_properties_over_32767_bytes_are_rejected() -> None:
-    # "k" \x01 value \x02: 3 bytes of framing.
-    at_limit = {"k": "v" * (32_767 - 3)}
+    # "k" \x01 value: 2 bytes of framing (no separator after the last property).
+    at_limit = {"k": "v" * (32_767 - 2)}
     assert decode_record(stored(encode(Message("t", b"x", properties=at_limit)), 0, 0)).properties == at_limit
     with pytest.raises(PropertiesTooLargeError):
-        encode(Message("t", b"x", properties={"k": "v" * (32_767 - 2)}))
+        encode(Message("t", b"x", properties={"k": "v" * (32_767 - 1)}))
 
 
 def test_properties_are_limited_in_encoded_bytes_not_characters() -> None:
@@ -394,6 +463,21 @@ def test_properties_are_limited_in_encoded_bytes_not_characters() -> None:
 def test_property_names_and_values_may_not_hold_separators(properties: dict[str, str]) -> None:
     with pytest.raises(MessageRejectedError):
         encode(Message("t", b"x", properties=properties))
+
+
+def test_a_property_with_an_empty_value_is_left_out_as_rocketmqs_decoder_leaves_it_out() -> None:
+    # The broker refuses one from a producer; a message stored before that is moved without it.
+    data = encode(Message("t", b"x", properties={"a": "", "b": "c", "d": ""}))
+    assert data.endswith(b"\x00\x03b\x01c")
+    assert decode_record(stored(data, 0, 0)).properties == {"b": "c"}
+    assert decode_record(stored(encode(Message("t", b"x", properties={"a": ""})), 0, 0)).properties == {}
+
+
+def test_the_last_property_never_ends_in_nul_so_a_torn_tail_shows() -> None:
+    data = encode(Message("t", b"x", properties={"a": "1", "b": "2\x00"}))
+    assert data.endswith(b"b\x012\x00\x02a\x011")
+    with pytest.raises(MessageRejectedError, match="ends in NUL"):
+        encode(Message("t", b"x", properties={"a": "\x00"}))
 
 
 def test_a_property_that_is_not_valid_unicode_is_rejected() -> None:

@@ -41,9 +41,11 @@ from app.store.record_format import (
     OFFSETS,
     POS_BODY,
     POS_QUEUEOFFSET,
+    SCHEDULE_TOPIC,
     SIZE_MAGIC,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
+    tags_hash,
 )
 
 FILE_SIZE = 4096
@@ -967,3 +969,28 @@ def test_recovery_killed_while_deleting_later_segments_leaves_an_openable_store(
     assert store.recovery is not None and store.recovery.end_offset == victim.physical_offset
     survivors = [w for w in written if w.result.physical_offset < victim.physical_offset]
     assert_holds_exactly(store, survivors)
+
+
+def test_a_delay_levels_entries_hold_the_due_time_as_rocketmqs_schedule_service_reads_it(
+    open_store: Callable[..., MessageStore], tmp_path: Path, store_dir: Path
+) -> None:
+    # RocketMQ's timer reads a SCHEDULE_TOPIC_XXXX entry's tag code as the message's due time:
+    # store timestamp + the level's delay (queue 2 is level 3, 10 s). So does a rebuilt queue.
+    store = open_store(store_dir)
+    results = store.append(
+        [Message(SCHEDULE_TOPIC, f"d{i}".encode(), 2, {"TAGS": "TagA", "DELAY": "3"}) for i in range(3)]
+    )
+    store.append([Message(TOPIC, b"plain", 0, {"TAGS": "TagA"})])
+
+    def codes(opened: MessageStore, topic: str, queue_id: int) -> list[int]:
+        queue = opened.queue(topic, queue_id)
+        assert queue is not None
+        return [tags_code for _, _, _, tags_code in queue.iter_entries(0)]
+
+    assert codes(store, SCHEDULE_TOPIC, 2) == [result.store_timestamp + 10_000 for result in results]
+    assert codes(store, TOPIC, 0) == [tags_hash("TagA")]
+    image = crash_image(store, tmp_path / "image")
+    store.close()
+    shutil.rmtree(image / "consumequeue" / SCHEDULE_TOPIC)
+    recovered = open_store(image)
+    assert codes(recovered, SCHEDULE_TOPIC, 2) == [result.store_timestamp + 10_000 for result in results]
