@@ -626,7 +626,6 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
     cdef int32_t queue_id, flag, sysflag, reconsume_times, tags_code = 0
     cdef int64_t born_timestamp, prepared
     cdef str tags = "", keys = "", unique_id = ""
-    cdef bint first
     if type(body) is not bytes or type(properties) is not dict or len(store_host) != 8:
         return None
     body_length = len(body)
@@ -654,6 +653,7 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
         queue_id, flag, sysflag, reconsume_times, born_timestamp, prepared = fields
     except OverflowError:
         return None
+    sysflag |= PROPERTIES_END
     for key, text in (<dict>properties).items():
         name = utf8_of(key, &name_length)
         value = utf8_of(text, &value_length)
@@ -664,10 +664,6 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
         if memchr(value, 1, value_length) or memchr(value, 2, value_length):
             return None
         properties_length += name_length + value_length + 2
-    if properties_length:
-        properties_length -= 1  # no separator after the last
-        if value[value_length - 1] == 0:
-            return None  # the record would end in NUL: the Python twin orders the properties
     if properties_length > max_properties_size or properties_length > 32767:
         return None
     total = FIXED_SIZE + body_length + topic_length + properties_length
@@ -689,19 +685,15 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
         topic_length,
         properties_length,
     )
-    first = True
     for key, text in (<dict>properties).items():
         name = utf8_of(key, &name_length)
         value = utf8_of(text, &value_length)
-        if not first:
-            out[0] = 2
-            out += 1
-        first = False
         memcpy(out, name, name_length)
         out[name_length] = 1
         out += name_length + 1
         memcpy(out, value, value_length)
-        out += value_length
+        out[value_length] = 2
+        out += value_length + 1
     if properties:
         tags = (<dict>properties).get("TAGS", "")
         keys = (<dict>properties).get("KEYS", "")
@@ -716,6 +708,8 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
 
 
 cdef enum:
+    # Wharf's sysflag bit: the properties end with their separator (app.store.record_format).
+    PROPERTIES_END = 0x20000
     BLANK_MAGIC_CODE = <int32_t>0xCBD43194
     MESSAGE_MAGIC_CODE = <int32_t>0xDAA320A7
 
@@ -770,8 +764,8 @@ cdef object check(const uint8_t* buf, Py_ssize_t length, Py_ssize_t pos, int64_t
     properties_length = read_i16(buf + topic_end)
     if properties_length < 0 or topic_end + 2 + properties_length != record_end:
         return None
-    if properties_length and buf[record_end - 1] == 0:
-        return None  # properties never end in NUL: zeros there are a torn tail
+    if properties_length and read_i32(buf + pos + 36) & PROPERTIES_END and buf[record_end - 1] != 2:
+        return None  # Wharf's records end their properties with a separator: else a torn tail
     # RocketMQ's masked CRC, or the full one a store written before the mask holds.
     body_crc = read_i32(buf + pos + 8)
     crc = zcrc32(0, buf + pos + POS_BODY, <unsigned int>body_length)
@@ -1330,9 +1324,6 @@ cdef enum:
     MAX_QUEUE_ID = 1 << 16
     UNIQUE_ID_COUNTER_DIGITS = 12
 
-cdef const char* NO_HOST = b"\0\0\0\0\0\0\0\0"
-
-
 cdef inline uint16_t read_u16(const uint8_t* at) noexcept nogil:
     return <uint16_t>((at[0] << 8) | at[1])
 
@@ -1373,7 +1364,7 @@ cdef class PlainEncoder:
     ``id_counter``). ``encode_batch`` and ``encode_messages`` feed it."""
 
     cdef str topic
-    cdef bytes topic_bytes, store_host
+    cdef bytes topic_bytes, store_host, born_host
     cdef int64_t now_ms, queues, round_robin, id_counter
     cdef Py_ssize_t max_body, max_properties, max_record, prefix_length
     cdef const char* prefix
@@ -1395,10 +1386,12 @@ cdef class PlainEncoder:
         int64_t round_robin,
         str id_prefix,
         int64_t id_counter,
+        bytes born_host=b"\0\0\0\0\0\0\0\0",
     ):
-        if len(store_host) != 8 or len(topic_bytes) > 255 or queues <= 0:
-            raise ValueError("a store host of 8 bytes, a topic of at most 255 and a queue or more")
+        if len(store_host) != 8 or len(born_host) != 8 or len(topic_bytes) > 255 or queues <= 0:
+            raise ValueError("hosts of 8 bytes, a topic of at most 255 and a queue or more")
         self.topic, self.topic_bytes, self.store_host = topic, topic_bytes, store_host
+        self.born_host = born_host
         self.now_ms, self.queues, self.round_robin, self.id_counter = now_ms, queues, round_robin, id_counter
         self.max_body, self.max_properties, self.max_record = max_body, max_properties, max_record
         self.id_prefix = id_prefix
@@ -1447,7 +1440,7 @@ cdef class PlainEncoder:
             if not property_safe(supplied_id, id_length):
                 return False
             unique_id = supplied
-            sysflag = PRODUCER_UNIQ_KEY
+            sysflag = PRODUCER_UNIQ_KEY | PROPERTIES_END
         else:
             memcpy(id_text, self.prefix, self.prefix_length)
             counter = self.id_counter & 0xFFFFFFFFFFFF
@@ -1457,10 +1450,10 @@ cdef class PlainEncoder:
             id_length = self.prefix_length + UNIQUE_ID_COUNTER_DIGITS
             unique_id = PyUnicode_DecodeASCII(id_text, id_length, NULL)
             supplied_id = <const uint8_t*>id_text
-            sysflag = 0
-        if id_length == 0 or supplied_id[id_length - 1] == 0:
-            return False  # an empty value, or a record ending in NUL: the general path decides
-        properties_length += 8 + id_length + 1
+            sysflag = PROPERTIES_END
+        if id_length == 0:
+            return False  # an empty value: the general path decides
+        properties_length += 8 + id_length + 2
         if properties_length > self.max_properties or properties_length > 32767:
             return False
         by_turn = queue_id < 0
@@ -1490,7 +1483,7 @@ cdef class PlainEncoder:
             flag,
             sysflag,
             born_timestamp if born_timestamp else self.now_ms,
-            NO_HOST,
+            PyBytes_AS_STRING(self.born_host),
             PyBytes_AS_STRING(self.store_host),
             0,
             0,
@@ -1513,6 +1506,7 @@ cdef class PlainEncoder:
             keys_value = ""
         memcpy(out, b"UNIQ_KEY\x01", 9)
         memcpy(out + 9, supplied_id, id_length)
+        out[9 + id_length] = 2
         key = (self.topic, queue_id)
         known = self.entries.get(key)
         self.entries[key] = 1 if known is None else known + 1

@@ -32,6 +32,7 @@ from app.store.record_format import (
     PROPERTY_UNIQ_KEY,
     SHORT,
     SIZE_MAGIC,
+    SYSFLAG_PROPERTIES_END,
     TIMESTAMP,
     TOPIC_PATTERN,
     Tagged,
@@ -210,10 +211,12 @@ def python_check_record(
 
     Returns the record's facts, :data:`BLANK` (size 0) for an end-of-file filler, or None when the
     bytes are not a whole valid record: bad magic, sizes that do not add up, an offset field that
-    does not match its position, a CRC mismatch or properties that end in NUL (cut short). A record torn by
+    does not match its position, a CRC mismatch or, in a record Wharf wrote, properties that do not
+    end with their separator (cut short). A record torn by
     a crash fails one of these, since the store keeps the bytes past its end zeroed.
 
-    Without ``with_properties`` the properties are checked for their length and last byte only, and the result's ``tags_code``, ``keys`` and ``uniq_key`` are left empty: what a walk
+    Without ``with_properties`` the properties are checked for their length and final separator
+    only, and the result's ``tags_code``, ``keys`` and ``uniq_key`` are left empty: what a walk
     needs to find the end of the log and compare queue offsets, at about half the cost.
     """
     # Recovery calls this for every record of the log: it unpacks only what it checks and copies
@@ -255,9 +258,9 @@ def python_check_record(
     (props_len,) = SHORT.unpack_from(buf, topic_end)
     if props_len < 0 or topic_end + 2 + props_len != record_end:
         return None
-    # Properties never end in NUL (RocketMQ's end with a value, older ones with a separator):
-    # zeros there are a torn tail.
-    if props_len and buf[record_end - 1] == 0:
+    # Wharf's records end their properties with a separator: anything else there is a torn tail.
+    # (RocketMQ 4.9.1+ writes none, and leaves the bit clear.)
+    if props_len and sysflag & SYSFLAG_PROPERTIES_END and buf[record_end - 1] != 2:
         return None
     if not crc_matches(buf[pos + POS_BODY : body_end], body_crc):
         return None

@@ -19,7 +19,7 @@ All integers are big-endian. The fixed part is 91 bytes::
     76      PREPAREDTRANSACTIONOFFSET   8
     84      BODY                        4 + n
     88+n    TOPIC                       1 + n
-    ..      PROPERTIES                  2 + n   "k\\x01v\\x02k\\x01v" (no separator after the last)
+    ..      PROPERTIES                  2 + n   "k\\x01v\\x02k\\x01v\\x02" (RocketMQ 4.9.1+: no last \\x02)
 
 A record is encoded outside the append lock with placeholder QUEUEOFFSET, PHYSICALOFFSET and
 STORETIMESTAMP; the CommitLog patches those three under the lock (:data:`PATCH_OFFSETS`).
@@ -80,6 +80,9 @@ SYSFLAG_TRANSACTION_MASK = 0xC
 # Wharf's own bit, above RocketMQ's: the producer chose the unique id (UNIQ_KEY), so a retry may
 # repeat it; the idempotency window is rebuilt at start from the records that carry this bit.
 SYSFLAG_PRODUCER_UNIQ_KEY = 0x10000
+# Wharf's own bit too: every record Wharf writes has it, and its properties end with a separator,
+# which its check requires (RocketMQ 4.9.1+ writes none, so a record without the bit needs none).
+SYSFLAG_PROPERTIES_END = 0x20000
 
 # Property names (RocketMQ MessageConst).
 PROPERTY_TAGS = "TAGS"
@@ -147,6 +150,11 @@ def tags_hash(tags: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+# A born host nobody told the broker: a message stored by the broker itself, or a producer whose
+# address is not an IPv4 one (RocketMQ's IPv6 layout, 16-byte hosts, is not written yet).
+NO_HOST = b"\0" * 8
+
+
 @lru_cache(maxsize=256)
 def encode_host(host: str, port: int) -> bytes:
     """8 bytes: IPv4 address and port, as BORNHOST and STOREHOST are stored."""
@@ -182,17 +190,16 @@ _SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
-    """``name\\x01value`` pairs joined by ``\\x02``, with no separator after the last, as RocketMQ
-    4.9.1 and later write them (MessageDecoder.messageProperties2String). A property RocketMQ's
-    decoder would not give back as sent is refused: an empty name, a separator in a name or value.
-    A pair with an empty value is left out, as RocketMQ's decoder leaves it out (the broker refuses
-    one a producer sends: this keeps a message stored before that readable and movable).
-
-    The last byte is never NUL: a record torn by a crash ends in zeros, and that is how a check
-    tells it from a whole one (a body's tear fails its CRC, a topic's its characters). A value
-    ending in NUL goes before one that does not; when every value does, the message is refused."""
+    """``name\\x01value\\x02`` for each property: RocketMQ's pairs, each followed by its separator.
+    RocketMQ 4.9.1 and later leave the last one out; every RocketMQ decoder reads both forms, and
+    the separator at the end is how a check tells a record torn by a crash (zeros or stale bytes
+    there) from a whole one: a record written so carries :data:`SYSFLAG_PROPERTIES_END`, and its
+    check requires it. A pair with an empty value is left out, as RocketMQ's decoder leaves it out
+    (the broker refuses one a producer sends: this keeps a message stored before that readable and
+    movable); an empty name, or a separator in a name or value, is refused."""
     if not properties:
         return b""
+    parts = []
     for name, value in properties.items():
         if not name:
             raise MessageRejectedError(f"a property has an empty name (its value is {value!r})")
@@ -202,22 +209,10 @@ def encode_properties(properties: dict[str, str]) -> bytes:
                     f"property {name!r} holds the reserved character {separator!r} "
                     "(the separators \\x01 and \\x02 cannot be stored)"
                 )
-    items = [(name, value) for name, value in properties.items() if value]
-    if not items:
-        return b""
-    if items[-1][1].endswith("\x00"):
-        last = next((item for item in reversed(items) if not item[1].endswith("\x00")), None)
-        if last is None:
-            raise MessageRejectedError(
-                "every property value ends in NUL: a stored record cannot end in NUL, give one "
-                "property whose value does not"
-            )
-        items.remove(last)
-        items.append(last)
+        if value:
+            parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
     try:
-        return PROPERTY_SEPARATOR.join(
-            f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in items
-        ).encode()
+        return "".join(parts).encode()
     except UnicodeEncodeError as exc:
         raise MessageRejectedError(f"a property is not valid Unicode text: {exc.reason}") from None
 
@@ -267,7 +262,7 @@ class Message(Tagged):
     flag: int = 0
     sysflag: int = 0
     born_timestamp: int = 0
-    born_host: bytes = b"\0" * 8
+    born_host: bytes = NO_HOST
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
 
@@ -332,6 +327,7 @@ def python_encode_record(message: Message, store_host: bytes, now_ms: int, limit
             f"properties are {len(properties)} bytes, the limit is {limits.max_properties_size}"
         )
     total = FIXED_SIZE + len(body) + len(topic) + len(properties)
+    sysflag = message.sysflag | SYSFLAG_PROPERTIES_END
     header = HEADER.pack(
         total,
         MESSAGE_MAGIC,
@@ -340,7 +336,7 @@ def python_encode_record(message: Message, store_host: bytes, now_ms: int, limit
         message.flag,
         PLACEHOLDER,
         PLACEHOLDER,
-        message.sysflag,
+        sysflag,
         message.born_timestamp or now_ms,
         message.born_host,
         PLACEHOLDER,
@@ -361,7 +357,7 @@ def python_encode_record(message: Message, store_host: bytes, now_ms: int, limit
         tags_hash(tags) if tags else 0,
         props.get(PROPERTY_KEYS, ""),
         props.get(PROPERTY_UNIQ_KEY, ""),
-        message.sysflag,
+        sysflag,
     )
 
 

@@ -21,7 +21,7 @@ from app.store import (
     PutStatus,
     parse_message_id,
 )
-from app.store.record_format import FIXED_SIZE, encode_host, tags_hash
+from app.store.record_format import FIXED_SIZE, SYSFLAG_PROPERTIES_END, encode_host, tags_hash
 from tests.store.conftest import TINY_COMMITLOG_FILE_SIZE, StoreFactory, message
 
 MESSAGE_MAGIC = 0xDAA320A7
@@ -30,7 +30,7 @@ SEGMENT_NAME_DIGITS = 20
 
 
 def record_size(msg: Message) -> int:
-    properties = len("\x02".join(f"{k}\x01{v}" for k, v in msg.properties.items()).encode())
+    properties = sum(len(f"{k}\x01{v}\x02".encode()) for k, v in msg.properties.items())
     return FIXED_SIZE + len(msg.body) + len(msg.topic) + properties
 
 
@@ -342,7 +342,9 @@ def test_half_and_rolled_back_messages_get_no_consume_queue_entry(store: Message
     assert store.max_offset("orders", 0) == 0
     assert store.get_message("orders", 0, 0).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
     stored = store.look_message(half.physical_offset)
-    assert stored is not None and stored.sysflag == sysflag and stored.body == b"half"
+    assert (
+        stored is not None and stored.sysflag == sysflag | SYSFLAG_PROPERTIES_END and stored.body == b"half"
+    )
     # The next ordinary message is the queue's first.
     [normal] = store.append([Message("orders", b"normal")])
     assert normal.queue_offset == 0

@@ -39,7 +39,7 @@ import pytest
 
 from app.store import GetMessageStatus, MessageStore, PutStatus, decode_record
 from app.store.record import CheckedRecord, check_record
-from app.store.record_format import BLANK_MIN_SIZE, SYSFLAG_TRANSACTION_PREPARED
+from app.store.record_format import BLANK_MIN_SIZE, SYSFLAG_PROPERTIES_END, SYSFLAG_TRANSACTION_PREPARED
 from tests.store.crash_child import (
     COMMITLOG_FILE_SIZE,
     HALF_ONLY_TOPIC,
@@ -194,7 +194,7 @@ def decode_every_record(store: MessageStore, records: dict[int, CheckedRecord]) 
             expected.queue_id,
             expected.body,
             expected.properties,
-            expected.sysflag,
+            expected.sysflag | SYSFLAG_PROPERTIES_END,  # every record the store writes has it
         ), f"the record at {physical_offset} is not message {seq}"
         assert seq not in stored, f"message {seq} is stored twice: at {stored[seq][3]} and {physical_offset}"
         stored[seq] = (message.topic, message.queue_id, message.queue_offset, physical_offset)
