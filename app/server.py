@@ -216,6 +216,8 @@ def server_config(app: FastAPI, settings: Settings, **overrides: object) -> uvic
         # ws_send_timeout_s, 1008 after ws_idle_timeout_s), so the keepalive waits longer than both.
         "ws_ping_interval": WS_PING_INTERVAL_S,
         "ws_ping_timeout": keepalive_timeout_s(settings),
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.forwarded_allow_ips,
     }
     if settings.tls_certfile:
         options["ssl_certfile"] = settings.tls_certfile

@@ -197,6 +197,9 @@ class Settings(BaseSettings):
     cors_origins: str = ""  # comma-separated origins, e.g. https://console.example.com
     tls_certfile: str = ""
     tls_keyfile: str = ""
+    # Peers whose X-Forwarded-For (and -Proto) name the client: comma-separated IPs or networks, or
+    # "*"; uvicorn's forwarded_allow_ips. The client is the born host of what it produces.
+    forwarded_allow_ips: str = "127.0.0.1"
 
     # Recovery after a clean stop (README "Configuration: recovery"): trailing CommitLog segments
     # walked to find the end of the log.

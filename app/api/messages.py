@@ -13,6 +13,7 @@ from starlette.routing import Route
 from app.api import wire
 from app.api.edge import media_type_of
 from app.api.errors import ApiError, ErrorCode
+from app.api.peers import client_born_host
 from app.api.schemas import ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
 from app.broker.filters import filter_of
@@ -234,7 +235,7 @@ async def produce(topic: TopicName, request: Request) -> Response:
     tried_binary = media_type == BATCH_MEDIA_TYPE and transaction is None
     if tried_binary:
         # A batch of plain messages is stored in one compiled call; any other is parsed below.
-        plain = await broker.produce_batch(topic, raw)
+        plain = await broker.produce_batch(topic, raw, client_born_host(request.scope))
         if plain is not None:
             return Response(orjson.dumps({"results": plain}), media_type=JSON)
     if media_type == JSON:
@@ -250,12 +251,15 @@ async def produce(topic: TopicName, request: Request) -> Response:
         batch = [_raw_body_message(raw, request.query_params)]
     if not batch:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
+    born_host = client_born_host(request.scope)
     if tried_binary:  # the compiled call declined it already: straight to the general path
-        results = await broker.produce_general(topic, batch)
+        results = await broker.produce_general(topic, batch, born_host)
     elif transaction is None:
-        results = await broker.produce(topic, batch)
+        results = await broker.produce(topic, batch, born_host)
     else:
-        results = await broker.transactions.begin(topic, batch, transaction, query.get("producer_group"))
+        results = await broker.transactions.begin(
+            topic, batch, transaction, query.get("producer_group"), born_host
+        )
     return Response(orjson.dumps({"results": results}), media_type=JSON)
 
 

@@ -45,6 +45,7 @@ from app.store import GetMessageResult, Message, MessageFilter, MessageStore
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.record import StoredMessage
 from app.store.record_format import (
+    NO_HOST,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -256,7 +257,9 @@ class Broker:
         self.round_robin[config.name] = turn + 1
         return turn % queues
 
-    def to_message(self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str) -> Message:
+    def to_message(
+        self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str, born_host: bytes = NO_HOST
+    ) -> Message:
         properties = incoming.properties
         if properties:
             reserved = RESERVED_PROPERTIES.intersection(properties)
@@ -289,19 +292,25 @@ class Broker:
             properties,
             flag=incoming.flag,
             born_timestamp=incoming.born_timestamp,
+            born_host=born_host,
         )
 
-    async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
+    async def produce(
+        self, topic: str, batch: Sequence[IncomingMessage], born_host: bytes = NO_HOST
+    ) -> list[dict[str, Any]]:
         """Store a batch in one append; results in request order. Repeats of a producer's unique id
         within the idempotency window are answered with the first message and not stored again.
         A batch of plain messages is encoded in one compiled call (:func:`plain.produce_messages`);
-        any other takes :meth:`produce_general`."""
-        stored = await plain.produce_messages(self, topic, batch)
+        any other takes :meth:`produce_general`. ``born_host`` is the producer's address
+        (:func:`~app.store.record_format.encode_host`), stored in every record."""
+        stored = await plain.produce_messages(self, topic, batch, born_host)
         if stored is not None:
             return stored
-        return await self.produce_general(topic, batch)
+        return await self.produce_general(topic, batch, born_host)
 
-    async def produce_general(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
+    async def produce_general(
+        self, topic: str, batch: Sequence[IncomingMessage], born_host: bytes = NO_HOST
+    ) -> list[dict[str, Any]]:
         """:meth:`produce` for any batch: message by message in Python (the compiled path's twin)."""
         self.ha.check_writable("messages")
         config = await self.topic_for_write(topic)
@@ -322,7 +331,9 @@ class Broker:
                     continue
                 first_in_batch[supplied] = len(answers)
             unique_id = supplied or self.unique_ids.next()
-            message = self.to_message(topic, self.choose_queue(config, incoming), incoming, unique_id)
+            message = self.to_message(
+                topic, self.choose_queue(config, incoming), incoming, unique_id, born_host
+            )
             if supplied is not None:
                 message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
             if is_delayed(incoming) and self.delays.schedule_message(
@@ -375,16 +386,20 @@ class Broker:
                 results.append(answer)
         return results
 
-    async def produce_batch(self, topic: str, data: bytes) -> list[dict[str, Any]] | None:
+    async def produce_batch(
+        self, topic: str, data: bytes, born_host: bytes = NO_HOST
+    ) -> list[dict[str, Any]] | None:
         """Store a binary batch of plain messages in one compiled call (:func:`plain.produce_plain`);
         None when it is not one: parse it and call :meth:`produce`."""
-        stored = await plain.produce_plain(self, topic, [data])
+        stored = await plain.produce_plain(self, topic, [data], born_host)
         return stored[0] if stored else None
 
-    async def produce_batches(self, topic: str, batches: Sequence[bytes]) -> list[list[dict[str, Any]]]:
+    async def produce_batches(
+        self, topic: str, batches: Sequence[bytes], born_host: bytes = NO_HOST
+    ) -> list[list[dict[str, Any]]]:
         """Store binary batches in order, in one append, up to the first that is not plain
         (:func:`plain.produce_plain`); the answers of those stored."""
-        return await plain.produce_plain(self, topic, batches)
+        return await plain.produce_plain(self, topic, batches, born_host)
 
     async def acknowledge(self, appended: Sequence[AppendResult]) -> str:
         """The status of appended messages once they are as durable as the flush mode and the

@@ -24,7 +24,7 @@ from app.broker.idempotency import IdempotencyWindow
 from app.codec import IncomingMessage
 from app.store.errors import InvalidTopicError
 from app.store.kernel import compiled
-from app.store.record_format import BLANK_MIN_SIZE, EncodedRecord, validate_topic
+from app.store.record_format import BLANK_MIN_SIZE, NO_HOST, EncodedRecord, validate_topic
 
 if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
@@ -53,32 +53,39 @@ class Broker(Protocol):
 
 
 async def produce_messages(
-    broker: Broker, topic: str, messages: Sequence[IncomingMessage]
+    broker: Broker, topic: str, messages: Sequence[IncomingMessage], born_host: bytes = NO_HOST
 ) -> list[dict[str, Any]] | None:
     """Store parsed ``messages`` on ``topic`` in one compiled call if each is plain (see the module)
     and answer as :meth:`Broker.produce` does; None, with nothing stored, when the general path must
     take them."""
     if compiled is None:
         return None
-    stored = await produce_encoded(broker, topic, [messages], compiled.encode_messages)
+    stored = await produce_encoded(broker, topic, [messages], compiled.encode_messages, born_host)
     return stored[0] if stored else None
 
 
-async def produce_plain(broker: Broker, topic: str, batches: Sequence[bytes]) -> list[list[dict[str, Any]]]:
+async def produce_plain(
+    broker: Broker, topic: str, batches: Sequence[bytes], born_host: bytes = NO_HOST
+) -> list[list[dict[str, Any]]]:
     """Store the binary ``batches`` on ``topic``, in order and in one append, as long as each is
     plain (see the module), and answer each as :meth:`Broker.produce` does. Stops before the first
     batch the general path must take (it may be the first: then nothing is stored), so that what
     comes after it is stored after it; returns the answers of the batches it stored."""
     if compiled is None:
         return []
-    return await produce_encoded(broker, topic, batches, compiled.encode_batch)
+    return await produce_encoded(broker, topic, batches, compiled.encode_batch, born_host)
 
 
 async def produce_encoded(
-    broker: Broker, topic: str, batches: Sequence[Any], encode: Callable[..., Any]
+    broker: Broker,
+    topic: str,
+    batches: Sequence[Any],
+    encode: Callable[..., Any],
+    born_host: bytes = NO_HOST,
 ) -> list[list[dict[str, Any]]]:
     """Encode ``batches`` with the kernel's ``encode`` (``encode_batch`` or ``encode_messages``) up
-    to the first it refuses, append their records in one append, and answer each batch."""
+    to the first it refuses, append their records in one append, and answer each batch. The
+    records carry ``born_host``, the producer's address."""
     assert compiled is not None
     if not batches:
         return []
@@ -113,6 +120,7 @@ async def produce_encoded(
             round_robin,
             broker.unique_ids.prefix,
             counter,
+            born_host,
         )
         if not encode(batch, encoder):
             break

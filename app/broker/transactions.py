@@ -60,6 +60,7 @@ from app.settings import Settings
 from app.store import Message, MessageStore, parse_message_id
 from app.store.record import StoredMessage
 from app.store.record_format import (
+    NO_HOST,
     PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -93,7 +94,9 @@ class Broker(Protocol):
 
     def choose_queue(self, config: TopicConfig, incoming: IncomingMessage) -> int: ...
 
-    def to_message(self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str) -> Message: ...
+    def to_message(
+        self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str, born_host: bytes = ...
+    ) -> Message: ...
 
 
 log = logging.getLogger(__name__)
@@ -148,10 +151,16 @@ class Transactions:
     # -- begin -----------------------------------------------------------------------------------
 
     async def begin(
-        self, topic: str, batch: Sequence[IncomingMessage], transaction: str, producer_group: str | None
+        self,
+        topic: str,
+        batch: Sequence[IncomingMessage],
+        transaction: str,
+        producer_group: str | None,
+        born_host: bytes = NO_HOST,
     ) -> list[dict[str, Any]]:
         """Store each message of ``batch`` as a half message of ``producer_group``; an answer per
-        message, in request order, with its ``transaction_id``."""
+        message, in request order, with its ``transaction_id``. ``born_host``: the producer's
+        address."""
         if transaction != "begin":
             raise InvalidParameterError(f"transaction must be 'begin', not {transaction[:50]!r}")
         group = validate_producer_group(producer_group)
@@ -177,7 +186,9 @@ class Transactions:
                     continue
                 first_in_batch[supplied] = len(answers)
             unique_id = supplied or broker.unique_ids.next()
-            message = broker.to_message(topic, broker.choose_queue(config, incoming), incoming, unique_id)
+            message = broker.to_message(
+                topic, broker.choose_queue(config, incoming), incoming, unique_id, born_host
+            )
             if supplied is not None:
                 message.sysflag |= SYSFLAG_PRODUCER_UNIQ_KEY
             halves.append(half_message(message, group))

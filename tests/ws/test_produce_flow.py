@@ -17,6 +17,7 @@ class EndlessProducer:
     """A client that sends frames as fast as they are read and reads its results only when let."""
 
     def __init__(self) -> None:
+        self.scope: dict[str, Any] = {"type": "websocket", "client": ("127.0.0.1", 50000)}
         self.frames_read = 0
         self.reading_results = asyncio.Event()
         self.results: list[dict[str, Any]] = []
@@ -44,7 +45,9 @@ class CountingBroker:
         self.batches: list[int] = []
         self.stored = 0
 
-    async def produce(self, topic: str, batch: Sequence[IncomingMessage]) -> list[dict[str, Any]]:
+    async def produce(
+        self, topic: str, batch: Sequence[IncomingMessage], born_host: bytes = b""
+    ) -> list[dict[str, Any]]:
         self.batches.append(len(batch))
         first, self.stored = self.stored, self.stored + len(batch)
         return [{"status": "SEND_OK", "queue_offset": first + i} for i in range(len(batch))]

@@ -24,6 +24,7 @@ from fastapi import APIRouter, WebSocket
 
 from app.api import wire
 from app.api.errors import ApiError, ErrorCode, code_for, from_broker
+from app.api.peers import client_born_host
 from app.api.ws.going_away import websocket_sessions
 from app.api.ws.protocol import GOING_AWAY, WsClose, parse_frame, receive_raw, serve, wants_binary
 from app.api.ws.sender import FrameSender
@@ -105,6 +106,7 @@ class ProduceSession:
         self.broker = broker
         self.topic = topic
         self.binary = binary  # binary frames hold batches (format=binary)
+        self.born_host = client_born_host(websocket.scope)
         self.binary_frames = 0
         settings = broker.settings
         self.sender = FrameSender(websocket, settings.ws_max_queued_bytes, settings.ws_send_timeout_s)
@@ -216,7 +218,9 @@ class ProduceSession:
         """The answers of the leading frames stored in one compiled call; none when the first is
         not a plain batch, or the broker refuses it (its messages, parsed, then say why)."""
         try:
-            return await self.broker.produce_batches(self.topic, [frame.data for frame in frames])
+            return await self.broker.produce_batches(
+                self.topic, [frame.data for frame in frames], self.born_host
+            )
         except (BrokerError, StoreError):
             return []
 
@@ -227,7 +231,7 @@ class ProduceSession:
         if not valid:
             return [error_result(tag, item) for tag, item in batch if isinstance(item, ApiError)]
         try:
-            answers = await self.broker.produce(self.topic, [item for _, item in valid])
+            answers = await self.broker.produce(self.topic, [item for _, item in valid], self.born_host)
             for (tag, item), answer in zip(valid, answers, strict=True):
                 stored[id(item)] = {**tag, **answer}
         except (ApiError, BrokerError, StoreError, FilterExpressionError) as batch_error:
@@ -238,7 +242,7 @@ class ProduceSession:
                 # One bad message refuses the whole append: store the others one by one.
                 for tag, item in valid:
                     try:
-                        (answer,) = await self.broker.produce(self.topic, [item])
+                        (answer,) = await self.broker.produce(self.topic, [item], self.born_host)
                         stored[id(item)] = {**tag, **answer}
                     except (ApiError, BrokerError, StoreError, FilterExpressionError) as error:
                         stored[id(item)] = error_result(tag, error)
