@@ -170,6 +170,17 @@ def _holes(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
         position = data
 
 
+def unbacked_bytes(fd: int, start: int, end: int, file_size: int) -> int:
+    """How many bytes of ``[start, end)`` have no disk blocks yet: the holes', or all of them when
+    the file has no hole before its end (a file system that cannot tell says so of every file)."""
+    try:
+        if os.lseek(fd, start, os.SEEK_HOLE) >= file_size:
+            return end - start
+    except OSError:
+        return end - start
+    return sum(hole_end - hole_start for hole_start, hole_end in _holes(fd, start, end))
+
+
 def data_ranges(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
     """The parts of ``[start, end)`` that may hold anything but zeros: everything but the holes."""
     position = start
@@ -227,7 +238,8 @@ class MappedFile:
         self.wrote_position = 0
         self.flushed_position = 0
         # Bytes from the start known to have disk blocks. A file found on disk starts at 0: its first
-        # reservation allocates its whole prefix again, which costs nothing where blocks exist.
+        # reservation allocates its whole prefix again, which costs nothing where blocks exist (and
+        # the disk guard is asked only for the holes).
         self.allocated = 0
         self.last_store_timestamp = 0
         self.directory_synced = True
@@ -310,9 +322,9 @@ class MappedFile:
 
     def reserve(self, end: int, growth: Growth, check_room: Callable[[int], None] | None = None) -> None:
         """Make sure bytes ``[0, end)`` have disk blocks before any of them is written through the
-        mapping, allocating the next chunk (``growth``) when they do not: ``check_room`` vets its
-        size first. DiskFullError when it does not fit (nothing is written then, and the bytes
-        already allocated stay so)."""
+        mapping, allocating the next chunk (``growth``) when they do not: ``check_room`` first
+        vets the bytes of it that have no blocks yet (:func:`unbacked_bytes`). DiskFullError when
+        it does not fit (nothing is written then, and the bytes already allocated stay so)."""
         if end <= self.allocated:
             return
         with _RESERVE_LOCK:
@@ -320,13 +332,18 @@ class MappedFile:
             if end <= allocated:
                 return
             target = growth.target(allocated, end, self.file_size)
-            if check_room is not None:
-                check_room(target - allocated)
             try:
                 fd = os.open(self.path, os.O_RDWR)
             except OSError as error:
                 raise _translated(error, self.path) from error
             try:
+                if check_room is not None:
+                    # Only what has no blocks yet takes room: a file found on disk starts with
+                    # nothing known allocated, and vetting its written bytes again would refuse
+                    # a restarted store's next chunk on a disk that has room for it.
+                    missing = unbacked_bytes(fd, allocated, target, self.file_size)
+                    if missing:
+                        check_room(missing)
                 allocate(fd, allocated, target, self.path, growth.fill)
             finally:
                 os.close(fd)
