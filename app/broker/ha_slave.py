@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,12 +41,19 @@ OffsetsAhead = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 async def cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel the tasks and wait until each has ended."""
+    """Cancel the tasks and wait until each has ended; raise the first one's error, if any.
+
+    asyncio.wait, not ``await task`` under ``suppress(CancelledError)``: that would also swallow a
+    cancellation of the caller itself (which then went on as if the tasks had ended)."""
     for task in tasks:
         task.cancel()
+    if not tasks:
+        return
+    await asyncio.wait(tasks)
     for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
 
 
 class StaleMasterError(Exception):
@@ -191,8 +197,11 @@ class HaSlave:
                 self.connected = False
                 self._connection = None
                 acks.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await acks
+                # Not ``await acks`` under suppress(CancelledError): a cancellation of this task
+                # arriving meanwhile would be taken for the acks' own, and the task would go on.
+                await asyncio.wait([acks])
+                if not acks.cancelled():
+                    acks.exception()  # retrieved: the stream's own error is the one that counts
 
     async def _agree(self, connection: websockets.ClientConnection, master: str, offset: int) -> bool:
         """Read the master's first frame, its epochs and where this log must be cut to follow it.

@@ -92,9 +92,11 @@ class RoutingService:
         """``function(*args)`` in a registry thread, within ``timeout_s``."""
         loop = asyncio.get_running_loop()
         try:
-            result = await asyncio.wait_for(
-                loop.run_in_executor(self._executor, functools.partial(function, *args)), self.timeout_s
-            )
+            # asyncio.timeout, not wait_for: before Python 3.12 wait_for returns the answer of a call
+            # that finished just as its caller was cancelled, and the cancellation is lost (a slave's
+            # task stopped for a promotion went on retrying, and the promotion waited for it forever).
+            async with asyncio.timeout(self.timeout_s):
+                result = await loop.run_in_executor(self._executor, functools.partial(function, *args))
         except (TimeoutError, *UNREACHABLE) as exc:
             reason = f"no answer within {self.timeout_s} s" if isinstance(exc, TimeoutError) else str(exc)
             self._outcome(reason.splitlines()[0] if reason else type(exc).__name__)
@@ -144,9 +146,8 @@ class RoutingService:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:  # a cancellation of this stop itself is not swallowed
+            await asyncio.wait(self._tasks)
         self._tasks = []
         for waiter in self._waiters:
             if not waiter.done():
@@ -266,8 +267,9 @@ class RoutingService:
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_now.wait(), self.heartbeat_interval_s)
+            with contextlib.suppress(TimeoutError):  # not wait_for: see call()
+                async with asyncio.timeout(self.heartbeat_interval_s):
+                    await self._heartbeat_now.wait()
             self._heartbeat_now.clear()
             try:
                 await self.heartbeat()
