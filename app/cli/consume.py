@@ -6,8 +6,9 @@ so it shares the topic with the group's other members instead of reading their q
 The group reads from its committed offsets; ``--from`` says where it starts on a queue it has none
 for. Without ``--follow`` the command stops once a pull of every broker finds nothing new on its
 queues (or after ``--max`` messages); with it, it long-polls until ``--max`` or Ctrl-C (exit
-status 130). A member commits each batch once it is printed: a group pull reads from the group's
-offsets, so a member moves on only by committing.
+status 130; a SIGINT the command inherited as ignored stays ignored, as Python leaves it). A
+member commits each batch once it is printed: a group pull reads from the group's offsets, so a
+member moves on only by committing.
 
 ``--all-queues`` reads every queue of the topic on its own instead (the pull consumer of
 :mod:`app.client`, RocketMQ's assign): no membership, and offsets are committed only with
@@ -68,7 +69,14 @@ def print_messages(consumer: PullConsumer, limit: int | None, json_output: bool)
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C back for the block: one that arrived meanwhile raises KeyboardInterrupt after it."""
+    """Hold Ctrl-C back for the block: one that arrived meanwhile raises KeyboardInterrupt after it.
+
+    A SIGINT this process started with ignored (a job a shell without job control put in the
+    background) stays ignored here too: catching it only while a batch is printed stopped the
+    command at a Ctrl-C that came then and at no other."""
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+        yield
+        return
     caught: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     try:

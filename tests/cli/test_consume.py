@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from app.cli.consume import interrupts_deferred
 from tests.api.server import BrokerProcess
 from tests.cli.conftest import Wharf, run_wharf, wharf_process
 from tests.store.conftest import wait_until
@@ -144,9 +145,15 @@ def test_ctrl_c_commits_what_was_printed_and_exits_130(
     broker: BrokerProcess, client: httpx.Client, topic: str
 ) -> None:
     produce(client, topic, ["one", "two"], queue_id=1)
-    process = wharf_process(
-        "consume", topic, "-g", "cli-interrupted", "--from", "first", "--follow", "--commit", url=broker.url
-    )
+    # The child takes SIGINT's disposition from this process: when the test run was started with it
+    # ignored (in the background of a shell without job control), so would the command be. A
+    # handler here is reset to the default in the child, as a terminal's foreground job has it.
+    command = ("consume", topic, "-g", "cli-interrupted", "--from", "first", "--follow", "--commit")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = wharf_process(*command, url=broker.url)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         assert read_line(process) == "one\n"
         assert read_line(process) == "two\n"
@@ -200,3 +207,14 @@ def test_from_reaches_the_broker_on_a_queue_past_its_beginning(retaining_broker:
     assert consume("-g", "cli-ms", "--from", str(stamps[2])) == ["m2"]
     first = consume("-g", "cli-first", "--from", "first")
     assert len(first) == queue["max_offset"] - queue["min_offset"] and first[-3:] == ["m0", "m1", "m2"]
+
+
+def test_a_sigint_inherited_as_ignored_stays_ignored_while_a_batch_is_printed() -> None:
+    """Started with SIGINT ignored, the command is deaf to it throughout, not only while it prints."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts_deferred():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
