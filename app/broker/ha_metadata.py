@@ -48,7 +48,9 @@ class MetadataVersion:
         if not self.is_current(version):
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout_s)
+            # asyncio.timeout, not wait_for, which on Python 3.11 can lose a cancellation.
+            async with asyncio.timeout(timeout_s):
+                await self._changed.wait()
 
 
 def snapshot(

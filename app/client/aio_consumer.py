@@ -149,7 +149,9 @@ class AsyncConsumer(AsyncHttpOwner):
             await self._commit_finished()
         if self._cache.empty():
             try:
-                consumed = await asyncio.wait_for(self._cache.get(), timeout_s)
+                # asyncio.timeout: wait_for (Python 3.11) can drop an item taken as it times out.
+                async with asyncio.timeout(timeout_s):
+                    consumed = await self._cache.get()
             except TimeoutError:
                 return None
         else:

@@ -403,7 +403,8 @@ class AsyncSubscriber:
             self._raise_failure()
             self._commits.clear()
             try:
-                await asyncio.wait_for(self._commits.wait(), max(0.0, deadline - loop.time()))
+                async with asyncio.timeout_at(deadline):
+                    await self._commits.wait()
             except TimeoutError:
                 raise WharfClientError(f"the brokers did not commit within {self.timeout_s} s") from None
 
@@ -508,7 +509,8 @@ class AsyncSubscriber:
             compression=NO_COMPRESSION,
         )
         try:
-            first = await asyncio.wait_for(connection.recv(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                first = await connection.recv()
             self._take(socket, first)
             if resuming:
                 # What arrived between the catch-up's last pull and the socket's start.
