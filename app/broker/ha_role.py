@@ -33,7 +33,6 @@ Without a registry the configured role holds, and a promotion raises the local e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -351,13 +350,16 @@ class HaRole:
             silent_s,
             "".join(passed_over),
         )
-        with contextlib.suppress(PromotionError):
-            await self.promote(record)
+        try:
+            await self.promote(record, automatic=True)
+        except PromotionError as error:
+            log.warning("not promoted: %s", error)
 
     # -- changes of role -------------------------------------------------------------------------
 
-    async def promote(self, expected: HaRecord | None = None) -> dict[str, Any]:
-        """Make this slave the master of its broker name in the next epoch."""
+    async def promote(self, expected: HaRecord | None = None, automatic: bool = False) -> dict[str, Any]:
+        """Make this slave the master of its broker name in the next epoch; ``automatic`` (a
+        failover): only while the master's lease still stands where ``expected`` saw it."""
         async with self._switch:
             if not self.is_slave:
                 raise PromotionError(f"this broker is the master of {self.settings.broker_name} already")
@@ -381,6 +383,7 @@ class HaRole:
                         self.url,
                         role,
                         self.store.commitlog.max_offset,
+                        expected.lease if automatic and expected is not None else None,
                     )
                 except BaseException:
                     self.slave.start()  # the registry cannot be reached: stay a slave
@@ -389,6 +392,7 @@ class HaRole:
                     self.slave.start()
                     raise PromotionError(
                         f"another broker of {self.settings.broker_name} was promoted after epoch {current}"
+                        + (", or its master renewed its lease" if automatic else "")
                     )
                 self.record = record
                 epoch = record.epoch

@@ -325,9 +325,13 @@ class RouteRegistry:
         url: str,
         role: str,
         start_offset: int = 0,
+        expected_lease: int | None = None,
     ) -> HaRecord | None:
         """Make ``master_id`` the master in epoch ``expected_epoch + 1`` if the record is still at
         ``expected_epoch`` (compare-and-set: of two racing promotions one wins); None otherwise.
+        With ``expected_lease`` (an automatic failover), only if the master has not renewed its
+        lease since the slave saw it stand still: a master back from a pause that renewed in time
+        takes writes again, and a slave promoted over it would drop what it acknowledged.
 
         The new epoch's confirmed offset starts at ``start_offset``, where the promoted log ends:
         a later failover promotes only a slave that holds all of it (what the new master acknowledged
@@ -348,11 +352,10 @@ class RouteRegistry:
                     session.flush()
                     changed = 1
                 else:
-                    result = session.execute(
-                        update(HaEpochRow)
-                        .where(HaEpochRow.broker_name == broker_name, HaEpochRow.epoch == expected_epoch)
-                        .values(**values)
-                    )
+                    current = [HaEpochRow.broker_name == broker_name, HaEpochRow.epoch == expected_epoch]
+                    if expected_lease is not None:
+                        current.append(HaEpochRow.lease == expected_lease)
+                    result = session.execute(update(HaEpochRow).where(*current).values(**values))
                     changed = int(getattr(result, "rowcount", 0))
                 if changed == 1:  # a master reports no more as a slave
                     session.execute(

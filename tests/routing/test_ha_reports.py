@@ -69,3 +69,17 @@ def test_reports_made_before_the_beats_were_counted_start_at_none(database_url: 
             assert rows.all() == [(1, 80), (2, 70)]
     finally:
         engine.dispose()
+
+
+def test_an_automatic_promotion_needs_the_lease_the_slave_saw_stand_still(registry: RouteRegistry) -> None:
+    """A master back from a pause that renewed its lease before the slave's promotion keeps its
+    role: it took writes on that lease, and the slave promoted over it would drop them."""
+    registry.ha_claim(NAME, 0, "http://m", "SYNC_MASTER")
+    seen = registry.ha_record(NAME)
+    assert seen is not None
+    registry.ha_renew(NAME, 0, 0, "http://m", 0)  # the master renews after the slave looked
+    assert registry.ha_promote(NAME, 0, 1, "http://s1", "SYNC_MASTER", 0, seen.lease) is None
+    record = registry.ha_record(NAME)
+    assert record is not None and (record.epoch, record.master_id) == (0, 0)
+    promoted = registry.ha_promote(NAME, 0, 1, "http://s1", "SYNC_MASTER", 0, record.lease)
+    assert promoted is not None and (promoted.epoch, promoted.master_id) == (1, 1)
