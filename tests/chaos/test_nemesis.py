@@ -1,9 +1,9 @@
 """The cluster under a nemesis (tests/chaos/run.py): 60 seconds with a fixed seed,
 `python -m pytest -m chaos`; WHARF_CHAOS_SECONDS and WHARF_CHAOS_SEED run longer or other ones.
 
-Left out of the default run (pyproject.toml's addopts) while the violations RELIABILITY.md lists
-under "Open" are not fixed: a run of 60 s meets one of them now and then, and a suite that fails
-at random is a broken suite."""
+Left out of the default run (pyproject.toml's addopts) until it has a record of passing in a row
+(RELIABILITY.md, "Recorded runs"): a randomised fault run that fails now and then is a broken
+suite, and its failures are found by running it, not by CI."""
 
 from __future__ import annotations
 
