@@ -233,9 +233,10 @@ async def produce(topic: TopicName, request: Request) -> Response:
     query = request.query_params
     transaction = query.get("transaction")
     tried_binary = media_type == BATCH_MEDIA_TYPE and transaction is None
+    born_host = client_born_host(request.scope)
     if tried_binary:
         # A batch of plain messages is stored in one compiled call; any other is parsed below.
-        plain = await broker.produce_batch(topic, raw, client_born_host(request.scope))
+        plain = await broker.produce_batch(topic, raw, born_host)
         if plain is not None:
             return Response(orjson.dumps({"results": plain}), media_type=JSON)
     if media_type == JSON:
@@ -251,7 +252,6 @@ async def produce(topic: TopicName, request: Request) -> Response:
         batch = [_raw_body_message(raw, request.query_params)]
     if not batch:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
-    born_host = client_born_host(request.scope)
     if tried_binary:  # the compiled call declined it already: straight to the general path
         results = await broker.produce_general(topic, batch, born_host)
     elif transaction is None:

@@ -157,8 +157,9 @@ class Sql92Filter:
         try:
             raw = record_property_bytes(record)
             if self.needles:
-                # Each needle ends in a separator; the last property has none after it.
-                padded = raw + b"\x02"
+                # Each needle ends in a separator, which RocketMQ 4.9.1+ leaves out after the last
+                # property (Wharf's records keep it: no copy for them).
+                padded = raw if raw.endswith(b"\x02") else raw + b"\x02"
                 for needle in self.needles:
                     if needle not in padded:
                         return False

@@ -540,12 +540,11 @@ cdef inline void write_i32(char* at, int32_t value) noexcept nogil:
     at[3] = <char>bits
 
 
-cdef int32_t java_hash(str text):
-    """Java's String.hashCode: over UTF-16 code units."""
-    cdef uint32_t h = 0
+cdef inline uint32_t java_hash_on(uint32_t h, str text, Py_ssize_t start, Py_ssize_t end):
+    """Java's String.hashCode continued from ``h`` over ``text[start:end]`` (UTF-16 code units)."""
     cdef uint32_t c
     cdef Py_ssize_t i
-    for i in range(len(text)):
+    for i in range(start, end):
         c = PyUnicode_READ_CHAR(text, i)
         if c > 0xFFFF:
             c -= 0x10000
@@ -553,7 +552,19 @@ cdef int32_t java_hash(str text):
             h = 31 * h + (0xDC00 + (c & 0x3FF))
         else:
             h = 31 * h + c
-    return <int32_t>h
+    return h
+
+
+cdef inline uint32_t positive_hash(uint32_t h):
+    """RocketMQ's indexKeyHashMethod: Math.abs of the int, 0 for Integer.MIN_VALUE."""
+    if h == 0x80000000:
+        return 0
+    return (0 - h) if h & 0x80000000 else h
+
+
+cdef int32_t java_hash(str text):
+    """Java's String.hashCode: over UTF-16 code units."""
+    return <int32_t>java_hash_on(0, text, 0, len(text))
 
 
 cdef const char* utf8_of(object text, Py_ssize_t* length):
@@ -1075,28 +1086,6 @@ cdef int add_hash(Hashes* hashes, uint32_t value) except -1:
     return 0
 
 
-cdef inline uint32_t java_hash_on(uint32_t h, str text, Py_ssize_t start, Py_ssize_t end):
-    """Java's String.hashCode continued from ``h`` over ``text[start:end]`` (UTF-16 code units)."""
-    cdef uint32_t c
-    cdef Py_ssize_t i
-    for i in range(start, end):
-        c = PyUnicode_READ_CHAR(text, i)
-        if c > 0xFFFF:
-            c -= 0x10000
-            h = 31 * h + (0xD800 + (c >> 10))
-            h = 31 * h + (0xDC00 + (c & 0x3FF))
-        else:
-            h = 31 * h + c
-    return h
-
-
-cdef inline uint32_t positive_hash(uint32_t h):
-    """RocketMQ's indexKeyHashMethod: Math.abs of the int, 0 for Integer.MIN_VALUE."""
-    if h == 0x80000000:
-        return 0
-    return (0 - h) if h & 0x80000000 else h
-
-
 cdef int key_hashes(Hashes* hashes, str keys, str uniq_key, uint32_t prefix) except -1:
     """The hashes of "topic#key" for each space-separated key, then for the unique id: Java's
     String.hashCode continued from the topic's prefix, as RocketMQ's index takes it."""
@@ -1217,11 +1206,15 @@ cdef enum:
     CQ_UNIT_SIZE = 20
 
 
-cdef object _SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-cdef tuple _LEVEL_DELAYS_MS = tuple(
-    seconds * 1000
-    for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
+# The delay levels' topic and delays (app.store.record_format), bound at import by the twin's module.
+cdef object _SCHEDULE_TOPIC = None
+cdef tuple _LEVEL_DELAYS_MS = ()
+
+
+def bind_schedule(str topic, tuple delays_ms):
+    """Give the kernel the delay levels' topic and each level's delay in ms."""
+    global _SCHEDULE_TOPIC, _LEVEL_DELAYS_MS
+    _SCHEDULE_TOPIC, _LEVEL_DELAYS_MS = topic, delays_ms
 
 
 def write_records(

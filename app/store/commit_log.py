@@ -33,6 +33,7 @@ from app.store.record_format import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
     FIXED_SIZE,
+    LEVEL_DELAYS_MS,
     OFFSETS,
     POS_QUEUEOFFSET,
     POS_STORETIMESTAMP,
@@ -127,6 +128,7 @@ def python_write_records(
 write_records = python_write_records
 if compiled is not None:
     compiled.bind_writer(AppendResult, PUT_OK)
+    compiled.bind_schedule(SCHEDULE_TOPIC, LEVEL_DELAYS_MS)
     write_records = compiled.write_records
 
 

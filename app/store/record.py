@@ -308,8 +308,8 @@ def _properties_at(buf: bytes | memoryview) -> int:
 
 
 def record_property_bytes(buf: bytes | memoryview) -> bytes:
-    """The encoded properties of a record (``name\\x01value`` each, ``\\x02`` between), copied,
-    not decoded."""
+    """The encoded properties of a record (``name\\x01value\\x02`` each; RocketMQ 4.9.1+ leaves
+    out the last ``\\x02``), copied, not decoded."""
     return bytes(buf[_properties_at(buf) :])
 
 

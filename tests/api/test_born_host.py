@@ -21,14 +21,14 @@ from tests.api.server import BrokerProcess
 
 
 def produce_raw(
-    broker: BrokerProcess, topic: str, body: bytes, content_type: str, extra: str = ""
+    broker: BrokerProcess, topic: str, body: bytes, content_type: str, extra: str = "", query: str = ""
 ) -> tuple[dict[str, Any], int]:
     """POST from a socket of our own, so that its port is known; the answer's first result and
     that port."""
     with socket.create_connection(("127.0.0.1", broker.port)) as connection:
         port = connection.getsockname()[1]
         head = (
-            f"POST /v1/topics/{topic}/messages HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+            f"POST /v1/topics/{topic}/messages{query} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n"
         )
         connection.sendall(head.encode() + body)
@@ -73,17 +73,9 @@ def test_each_produce_path_stores_the_clients_address(broker: BrokerProcess) -> 
 def test_a_half_message_stores_the_clients_address(broker: BrokerProcess) -> None:
     topic = make_topic(broker, "born-host-half")
     body = b'{"messages": [{"body": "half"}]}'
-    with socket.create_connection(("127.0.0.1", broker.port)) as connection:
-        port = connection.getsockname()[1]
-        head = (
-            f"POST /v1/topics/{topic}/messages?transaction=begin&producer_group=pg HTTP/1.1\r\nHost: x\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        )
-        connection.sendall(head.encode() + body)
-        answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
-    (result,) = json.loads(answer.partition(b"\r\n\r\n")[2])["results"]
+    query = "?transaction=begin&producer_group=pg"
+    result, port = produce_raw(broker, topic, body, "application/json", query=query)
+    assert "transaction_id" in result, result
     assert stored_born_host(broker.store_dir, result["msg_id"]) == ("127.0.0.1", port)
 
 

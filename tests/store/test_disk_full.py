@@ -7,9 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ from app.store.atomic_file import write_atomically
 from app.store.consumer_offsets import OffsetPersistService
 from app.store.disk_guard import RESERVE_BYTES
 from app.store.mapped_file import MappedFile, allocate
-from tests.small_disk import fill, free_bytes, mounted_tmpfs
+from tests.small_disk import fill, free_bytes, mounted_tmpfs, run_apart
 from tests.store.conftest import message, tiny_config, wait_until
 
 DISK_MIB = 16
@@ -162,16 +159,8 @@ def test_without_posix_fallocate_zeros_fill_the_holes_and_never_overwrite_data(
 def run_chunk_child(scenario: str, disk: Path) -> dict[str, Any]:
     """Run :mod:`tests.store.chunk_child` on ``disk``; a SIGBUS there is a byte written past the
     allocated blocks."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.store.chunk_child", scenario, str(disk / "store")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert done.returncode != -signal.SIGBUS, "a write touched a page with no disk block behind it"
-    assert done.returncode == 0, done.stderr[-3000:]
-    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_apart(["tests.store.chunk_child", scenario, str(disk / "store")], 120)
+    found: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return found
 
 

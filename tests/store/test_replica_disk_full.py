@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -38,7 +36,7 @@ import pytest
 
 from app.store import AppendResult, DiskFullError, MessageStore
 from app.store.disk_guard import RESERVE_BYTES
-from tests.small_disk import fill, free_bytes, mounted_tmpfs
+from tests.small_disk import fill, free_bytes, mounted_tmpfs, run_apart
 from tests.store.conftest import message, tiny_config
 
 DISK_MIB = 16
@@ -377,38 +375,30 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
 
 
-def run_apart(scenario: Scenario, root: Path, disk: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.store.test_replica_disk_full", scenario.__name__, str(root), str(disk)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert done.returncode != -signal.SIGBUS, "a write touched a page with no disk block behind it"
-    assert done.returncode == 0, done.stderr[-6000:]
+def run_scenario(scenario: Scenario, root: Path, disk: Path) -> None:
+    run_apart(["tests.store.test_replica_disk_full", scenario.__name__, str(root), str(disk)], 240)
 
 
 def test_a_slave_refused_mid_segment_and_at_a_roll_catches_up_byte_for_byte(
     tmp_path: Path, disk: Path
 ) -> None:
-    run_apart(fills_mid_segment_and_at_a_roll, tmp_path, disk)
+    run_scenario(fills_mid_segment_and_at_a_roll, tmp_path, disk)
 
 
 def test_a_slave_restarted_on_a_full_disk_catches_up_once_space_returns(tmp_path: Path, disk: Path) -> None:
-    run_apart(restarts_on_a_full_disk, tmp_path, disk)
+    run_scenario(restarts_on_a_full_disk, tmp_path, disk)
 
 
 def test_a_slave_whose_retention_deleted_segments_is_its_master_from_its_first_segment_on(
     tmp_path: Path, disk: Path
 ) -> None:
-    run_apart(deletes_its_oldest_segments_on_a_full_disk, tmp_path, disk)
+    run_scenario(deletes_its_oldest_segments_on_a_full_disk, tmp_path, disk)
 
 
 def test_a_slave_cut_back_on_a_full_disk_follows_the_new_master_byte_for_byte(
     tmp_path: Path, disk: Path
 ) -> None:
-    run_apart(is_cut_back_on_a_full_disk, tmp_path, disk)
+    run_scenario(is_cut_back_on_a_full_disk, tmp_path, disk)
 
 
 if __name__ == "__main__":
