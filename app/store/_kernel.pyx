@@ -1086,6 +1086,11 @@ cdef int add_hash(Hashes* hashes, uint32_t value) except -1:
     return 0
 
 
+def index_key_hash(str key):
+    """The hash RocketMQ files an index key under (the twin: ``app.store.index_file.key_hash``)."""
+    return positive_hash(java_hash_on(0, key, 0, len(key)))
+
+
 cdef int key_hashes(Hashes* hashes, str keys, str uniq_key, uint32_t prefix) except -1:
     """The hashes of "topic#key" for each space-separated key, then for the unique id: Java's
     String.hashCode continued from the topic's prefix, as RocketMQ's index takes it."""

@@ -6,7 +6,8 @@ byte for byte (tests/kernel checks it): ``app.store.record_format.encode_record`
 ``decode_records``, ``app.store.commit_log.write_records`` and ``collect_records`` (a pull's
 records within one segment), ``app.store.mapped_file.populate`` (a spare segment's pages faulted
 in without the GIL), ``app.client.aio_producer.outgoing_batch`` (``encode_outgoing``: a client's binary
-batch, twin ``app.codec.encode_batch``), and ``app.store.index_file.IndexFile.index_messages`` take the
+batch, twin ``app.codec.encode_batch``), ``app.store.index_file.key_hash`` (``index_key_hash``,
+twin ``python_key_hash``) and ``app.store.index_file.IndexFile.index_messages`` take the
 compiled function when :data:`compiled` is loaded and the twin otherwise; so does
 ``spark_jobs.schema.BatchBuilder.from_page`` (``record_columns``: a pull answer straight into Arrow
 columns), whose twin is the builder's record-by-record path. ``encode_batch`` (a plain

@@ -10,12 +10,13 @@ from __future__ import annotations
 import shutil
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
-from app.store import Message, MessageStore, StoreConfigError
+from app.store import Message, MessageStore, StoreConfigError, index_file
 from app.store.checkpoint import Checkpoint
 from app.store.index_file import (
     ENTRY,
@@ -232,7 +233,8 @@ def test_the_file_has_rocketmqs_layout(tmp_path: Path) -> None:
     index.close()
 
 
-def test_key_hashes_are_rocketmqs_absolute_java_string_hash() -> None:
+@pytest.mark.parametrize("key_hash", [index_file.key_hash, index_file.python_key_hash])
+def test_key_hashes_are_rocketmqs_absolute_java_string_hash(key_hash: Callable[[str], int]) -> None:
     # Known answers of Java's String.hashCode: "hello" 99162322; "order-1" -1207111310 (abs taken);
     # "Aa" and "BB" collide at 2112; "polygenelubricants" is Integer.MIN_VALUE, which RocketMQ's
     # indexKeyHashMethod turns into 0 (Math.abs leaves it negative).
