@@ -35,8 +35,6 @@ from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
 from app.store.kernel import compiled
 from app.store.record import StoredMessage, decode_record
 from app.store.record_format import (
-    HEADER,
-    POS_BODY,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
@@ -53,6 +51,7 @@ from app.store.record_format import (
     PROPERTY_TRANSACTION_STATE,
     PROPERTY_UNIQ_KEY,
     decode_properties,
+    layout_at,
     message_id,
 )
 
@@ -150,7 +149,7 @@ def encode_body(body: bytes | memoryview) -> tuple[str, str]:
 def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
     """The pull API's message object, straight from a stored record.
 
-    Unpacks the record with the store's HEADER itself rather than through
+    Unpacks the record with the store's header struct itself rather than through
     app.store.record.decode_record: the pull path is hot, and decode_record checks every length,
     copies the body and builds a StoredMessage, which makes a 32-message pull's encoding ~15% slower.
     The records here come from the store's own reads, already checked."""
@@ -170,8 +169,8 @@ def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
         reconsume_times,
         _prepared,
         body_length,
-    ) = HEADER.unpack_from(record, 0)
-    body_end = POS_BODY + body_length
+    ) = (layout := layout_at(record)).header.unpack_from(record, 0)
+    body_end = layout.body + body_length
     topic_length = record[body_end]
     topic_end = body_end + 1 + topic_length
     (properties_length,) = _SHORT.unpack_from(record, topic_end)
@@ -179,7 +178,7 @@ def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
     tags = properties.pop(PROPERTY_TAGS, "")
     keys = properties.pop(PROPERTY_KEYS, "")
     unique_id = properties.pop(PROPERTY_UNIQ_KEY, "")
-    text, encoding = encode_body(record[POS_BODY:body_end])
+    text, encoding = encode_body(record[layout.body : body_end])
     return {
         "msg_id": message_id(store_host, physical_offset),
         "unique_id": unique_id,

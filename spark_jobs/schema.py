@@ -24,14 +24,13 @@ from app.store.errors import CorruptRecordError
 from app.store.kernel import compiled
 from app.store.record_format import (
     FIXED_SIZE,
-    HEADER,
     MESSAGE_MAGIC,
     NAME_VALUE_SEPARATOR,
-    POS_BODY,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    layout_at,
     message_id,
 )
 
@@ -100,15 +99,17 @@ def decode_records(data: bytes) -> list[Record]:
     and the properties split per record, nothing else; sizes are checked so a torn answer fails."""
     records = []
     position, end = 0, len(data)
-    unpack = HEADER.unpack_from
     while position < end:
         if end - position < FIXED_SIZE:
             raise CorruptRecordError(f"the pull answer ends inside a record header at {position}")
+        layout = layout_at(data, position)  # where an IPv6 host moves the fields after it
+        if end - position < layout.fixed_size:
+            raise CorruptRecordError(f"the pull answer ends inside a record header at {position}")
         (total, magic, _crc, queue_id, _flag, queue_offset, physical_offset, _sysflag, born, _born_host,
-         stored, store_host, reconsume, _prepared, body_length) = unpack(data, position)  # fmt: skip
-        if magic != MESSAGE_MAGIC or total < FIXED_SIZE or position + total > end:
+         stored, store_host, reconsume, _prepared, body_length) = layout.header.unpack_from(data, position)  # fmt: skip
+        if magic != MESSAGE_MAGIC or total < layout.fixed_size or position + total > end:
             raise CorruptRecordError(f"no whole message record at {position} of the pull answer")
-        body_end = position + POS_BODY + body_length
+        body_end = position + layout.body + body_length
         topic_end = body_end + 1 + data[body_end]
         properties_start = topic_end + 2
         raw = data[properties_start : position + total].decode()
@@ -124,7 +125,7 @@ def decode_records(data: bytes) -> list[Record]:
                 stored,
                 store_host,
                 reconsume,
-                data[position + POS_BODY : body_end],
+                data[position + layout.body : body_end],
                 data[body_end + 1 : topic_end].decode("ascii"),
                 properties,
             )

@@ -17,7 +17,7 @@ from app.api.schemas import ErrorEnvelope, MessageList, MessageOut
 from app.api.topics import BrokerDep, TopicName
 from app.codec import record_to_json
 from app.store import parse_message_id
-from app.store.record_format import POS_STOREHOST, decode_host
+from app.store.record_format import decode_host, layout_at
 
 router = APIRouter(prefix="/v1", tags=["messages"])
 
@@ -52,7 +52,7 @@ def get_message(
     except ValueError as exc:
         raise ApiError(ErrorCode.INVALID_MESSAGE_ID, f"message id {msg_id!r} is not valid: {exc}") from None
     store = broker.store
-    store_host = bytes.fromhex(msg_id[:16])
+    store_host = bytes.fromhex(msg_id[:-16])
     if store_host != store.store_host:
         owner = f"{host}:{port}"
         here = "{}:{}".format(*decode_host(store.store_host))
@@ -63,7 +63,8 @@ def get_message(
         )
     raw = store.read_live_record(physical_offset)
     # A record written under an earlier address of this store is not the message this id names.
-    if raw is None or raw[POS_STOREHOST : POS_STOREHOST + len(store_host)] != store_host:
+    at = layout_at(raw).store_host if raw is not None else 0
+    if raw is None or raw[at : at + len(store_host)] != store_host:
         raise ApiError(ErrorCode.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")
     return record_to_json(raw)
 

@@ -15,7 +15,8 @@ from app.store.record_format import NO_HOST, encode_host
 @lru_cache(maxsize=4096)
 def born_host(host: str, port: int) -> bytes:
     """The 8 bytes of an IPv4 client (an IPv4-mapped IPv6 one too); :data:`NO_HOST` for any other
-    (RocketMQ's IPv6 layout, a 16-byte host flagged in the sysflag, is not written yet)."""
+    (Wharf reads RocketMQ's IPv6 layout, a 16-byte host flagged in the sysflag, but writes IPv4
+    hosts only, so that every record it writes has its fields where the append path patches them)."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:  # a unix socket path, or a name a test client made up

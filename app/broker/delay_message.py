@@ -23,7 +23,6 @@ from app.store.errors import MessageRejectedError
 from app.store.record import StoredMessage
 from app.store.record_format import (
     LEVEL_DELAYS_MS,
-    POS_BODY,
     POS_PHYSICALOFFSET,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -32,6 +31,7 @@ from app.store.record_format import (
     SCHEDULE_TOPIC,
     SHORT,
     decode_properties,
+    layout_at,
 )
 from app.store.results import PutStatus
 
@@ -58,8 +58,9 @@ def record_physical_offset(record: memoryview | bytes) -> int:
 
 def record_properties(record: memoryview | bytes) -> dict[str, str]:
     """The properties of a stored record, read without copying its body."""
-    (body_length,) = _INT32.unpack_from(record, POS_BODY - 4)
-    topic_at = POS_BODY + body_length
+    body_at = layout_at(record).body
+    (body_length,) = _INT32.unpack_from(record, body_at - 4)
+    topic_at = body_at + body_length
     properties_at = topic_at + 1 + record[topic_at]
     (length,) = SHORT.unpack_from(record, properties_at)
     return decode_properties(record[properties_at + 2 : properties_at + 2 + length])

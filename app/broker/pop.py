@@ -42,7 +42,7 @@ from app.broker.pop_table import PopTable
 from app.longpoll.hold import HoldOutcome, Receive
 from app.store import GetMessageResult, GetMessageStatus, MessageFilter
 from app.store.config import FlushMode
-from app.store.record_format import HEADER
+from app.store.record import record_reconsume_times
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
@@ -53,7 +53,6 @@ MIN_HOLD_S = 0.001
 
 _OUT_OF_RANGE = (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY)
 _READ = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE)
-_RECONSUME_TIMES_FIELD = 12  # of the record HEADER
 
 
 class AckStatus(enum.StrEnum):
@@ -291,7 +290,7 @@ class PopService:
         ``popped_until``."""
         result = self._read_new(key, queue, room, changes, message_filter)
         for record, offset in zip(result.records, result.queue_offsets, strict=True):
-            reconsume_times = HEADER.unpack_from(record, 0)[_RECONSUME_TIMES_FIELD]
+            reconsume_times = record_reconsume_times(record)
             nonce = self.table.hand_out(changes, key, offset, until, reconsume_times)
             popped.append(Popped(record, ReceiptHandle(*key, offset, nonce).encode(), reconsume_times, until))
         if result.status in _READ and result.next_offset > queue.popped_until:

@@ -11,7 +11,8 @@ the lines; the first line that does not parse (a write cut by a crash) ends the 
 The log is compacted - rewritten atomically with one "put" per live topic - at start when it holds
 garbage, and while running when its dead lines outnumber the live ones (and pass a minimum), so
 compaction costs O(1) per change on average. A ``topics.json`` left by an older version (a whole
-table) is read once and replaced by the log.
+table) is read once and replaced by the log; one RocketMQ wrote (its ``topicConfigTable``) is read
+once and left in place, for RocketMQ.
 """
 
 from __future__ import annotations
@@ -66,6 +67,22 @@ def _put_line(config: TopicConfig) -> bytes:
 
 def _delete_line(name: str) -> bytes:
     return orjson.dumps({"op": "delete", "name": name}) + b"\n"
+
+
+def _from_rocketmq(name: str, item: dict[str, object]) -> TopicConfig:
+    """A topic of RocketMQ's config/topics.json (TopicConfig's JSON fields)."""
+
+    def number(field: str, default: int) -> int:
+        value = item.get(field, default)
+        return value if isinstance(value, int) and 0 <= value <= MAX_QUEUE_NUMS else default
+
+    return TopicConfig(
+        name,
+        number("readQueueNums", 4),
+        number("writeQueueNums", 4),
+        number("perm", PERM_READ_WRITE) & PERM_READ_WRITE,
+        item.get("order") is True,
+    )
 
 
 class TopicConfigManager:
@@ -190,10 +207,14 @@ class TopicConfigManager:
         legacy = legacy_path is not None and legacy_path.exists() and not self.path.exists()
         if legacy:
             assert legacy_path is not None
-            for item in orjson.loads(legacy_path.read_bytes()).get("topics", []):
+            table = orjson.loads(legacy_path.read_bytes())
+            for item in table.get("topics", []):
                 self._set(TopicConfig(**item))
+            for name, item in table.get("topicConfigTable", {}).items():
+                self._set(_from_rocketmq(name, item))
             self._compact()
-            legacy_path.unlink()
+            if "topicConfigTable" not in table:
+                legacy_path.unlink()
             return
         if not self.path.exists():
             return

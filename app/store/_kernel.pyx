@@ -41,6 +41,13 @@ cdef enum:
     POS_RECONSUMETIMES = 72
     POS_BODYLENGTH = 84
     POS_BODY = 88
+    POS_SYSFLAG = 36
+    # SYSFLAG bits of a record with an IPv6 born / store host (20 bytes where IPv4 takes 8): the
+    # fields after such a host move 12 bytes on (app.store.record_format.layout_of).
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    HOSTS_V6 = 0x30
+    V6_EXTRA = 12
     # Records with more properties go to the Python twin (the duplicate check here is quadratic).
     MAX_FAST_PROPERTIES = 64
 
@@ -119,6 +126,12 @@ cdef inline int64_t read_i64(const uint8_t* at) noexcept nogil:
 
 cdef inline int32_t read_i32(const uint8_t* at) noexcept nogil:
     return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16) | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
+
+
+cdef inline Py_ssize_t host_bytes_extra(const uint8_t* record) noexcept nogil:
+    """How far an IPv6 born or store host moves a record's later fields (0, 12 or 24 bytes)."""
+    cdef int32_t sysflag = read_i32(record + POS_SYSFLAG)
+    return (V6_EXTRA if sysflag & BORNHOST_V6 else 0) + (V6_EXTRA if sysflag & STOREHOST_V6 else 0)
 
 
 cdef inline int16_t read_i16(const uint8_t* at) noexcept nogil:
@@ -331,8 +344,8 @@ cdef int put_message(Buffer* buffer, const uint8_t* record, Py_ssize_t size, bin
     cdef Py_ssize_t body_end, topic_end, properties_start, properties_end
     cdef int64_t physical_offset
     cdef char hex_id[32]
-    if size < FIXED_SIZE:
-        return 1
+    if size < FIXED_SIZE or read_i32(record + POS_SYSFLAG) & HOSTS_V6:
+        return 1  # short, or IPv6 hosts: the twin reads those
     body_length = read_i32(record + POS_BODYLENGTH)
     if body_length < 0 or POS_BODY + <Py_ssize_t>body_length + 3 > size:
         return 1
@@ -664,7 +677,7 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
         queue_id, flag, sysflag, reconsume_times, born_timestamp, prepared = fields
     except OverflowError:
         return None
-    sysflag |= PROPERTIES_END
+    sysflag = (sysflag & ~HOSTS_V6) | PROPERTIES_END  # Wharf writes IPv4 hosts
     for key, text in (<dict>properties).items():
         name = utf8_of(key, &name_length)
         value = utf8_of(text, &value_length)
@@ -760,6 +773,8 @@ cdef object check(const uint8_t* buf, Py_ssize_t length, Py_ssize_t pos, int64_t
         return _BLANK if total == remaining else None
     if magic != MESSAGE_MAGIC_CODE or total < FIXED_SIZE or total > remaining:
         return None
+    if read_i32(buf + pos + POS_SYSFLAG) & HOSTS_V6:
+        return NotImplemented  # IPv6 hosts (RocketMQ's records only): the twin checks those
     queue_offset = read_i64(buf + pos + POS_QUEUEOFFSET)
     store_ts = read_i64(buf + pos + POS_STORETIMESTAMP)
     if read_i64(buf + pos + POS_PHYSICALOFFSET) != physical_offset or queue_offset < 0 or store_ts < 0:
@@ -887,7 +902,7 @@ def record_is(buf, bytes topic, queue_id, queue_offset, physical_offset):
 cdef bint is_record(
     const uint8_t* record, Py_ssize_t size, bytes topic, int64_t queue_id, int64_t queue_offset, int64_t physical_offset
 ) noexcept:
-    cdef Py_ssize_t topic_at, topic_length = len(topic)
+    cdef Py_ssize_t topic_at, topic_length = len(topic), extra
     cdef int32_t body_length
     if size < FIXED_SIZE:
         return False
@@ -899,8 +914,11 @@ cdef bint is_record(
         or read_i64(record + POS_PHYSICALOFFSET) != physical_offset
     ):
         return False
-    body_length = read_i32(record + POS_BODYLENGTH)
-    topic_at = POS_BODY + <Py_ssize_t>body_length
+    extra = host_bytes_extra(record)
+    if size < FIXED_SIZE + extra:
+        return False
+    body_length = read_i32(record + POS_BODYLENGTH + extra)
+    topic_at = POS_BODY + extra + <Py_ssize_t>body_length
     if body_length < 0 or topic_at + 1 + topic_length > size or record[topic_at] != topic_length:
         return False
     return memcmp(record + topic_at + 1, <const char*>topic, topic_length) == 0
@@ -982,6 +1000,8 @@ cdef object decode_one(const uint8_t* record, Py_ssize_t size):
     cdef dict properties = {}
     if size < FIXED_SIZE or read_i32(record + 4) != MESSAGE_MAGIC_CODE or read_i32(record) != size:
         return None
+    if read_i32(record + POS_SYSFLAG) & HOSTS_V6:
+        return None  # IPv6 hosts: the twin decodes those
     body_length = read_i32(record + POS_BODYLENGTH)
     if body_length < 0 or body_length > size - FIXED_SIZE:
         return None
@@ -2050,6 +2070,8 @@ def record_columns(data, int64_t until):
             size = read_i32(record)
             if read_i32(record + 4) != MESSAGE_MAGIC_CODE or size < FIXED_SIZE or position + size > view.len:
                 return None
+            if read_i32(record + POS_SYSFLAG) & HOSTS_V6:
+                return None  # IPv6 hosts: the Python path reads those
             # Every record is checked, as the Python path decodes them all; none from the first at
             # ``until`` on becomes a row.
             past = past or read_i64(record + POS_QUEUEOFFSET) >= until

@@ -21,23 +21,23 @@ from app.store.record_format import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
     FIXED_SIZE,
-    HEADER,
     INT,
     MESSAGE_MAGIC,
-    POS_BODY,
-    POS_STORETIMESTAMP,
     POS_SYSFLAG,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SHORT,
     SIZE_MAGIC,
+    SYSFLAG_BORNHOST_V6,
     SYSFLAG_PROPERTIES_END,
     TIMESTAMP,
     TOPIC_PATTERN,
     Tagged,
     crc_matches,
     decode_properties,
+    layout_at,
+    layout_of,
     message_id,
     tags_hash,
 )
@@ -54,6 +54,7 @@ __all__ = [
     "message_size",
     "record_is",
     "record_properties",
+    "record_reconsume_times",
     "record_property_bytes",
     "record_tags",
     "store_timestamp",
@@ -61,8 +62,8 @@ __all__ = [
 
 # The first 8 bytes of a record: TOTALSIZE and MAGICCODE.
 HEAD_SIZE = SIZE_MAGIC.size
-# The bytes of a record up to and including STORETIMESTAMP.
-TIMESTAMP_END = POS_STORETIMESTAMP + TIMESTAMP.size
+# The bytes of a record up to and including STORETIMESTAMP, wherever its born host puts it.
+TIMESTAMP_END = layout_of(SYSFLAG_BORNHOST_V6).store_timestamp + TIMESTAMP.size
 
 
 def message_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
@@ -76,7 +77,7 @@ def message_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | Non
 
 def store_timestamp(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     """STORETIMESTAMP of the record at ``pos``: ``buf`` needs only its first :data:`TIMESTAMP_END` bytes."""
-    return int(TIMESTAMP.unpack_from(buf, pos + POS_STORETIMESTAMP)[0])
+    return int(TIMESTAMP.unpack_from(buf, pos + layout_at(buf, pos).store_timestamp)[0])
 
 
 @dataclass(slots=True)
@@ -115,6 +116,10 @@ def decode_record(
     """Decode the record at ``pos``; CorruptRecordError if it is not a whole, valid message record."""
     if len(buf) - pos < FIXED_SIZE:
         raise CorruptRecordError(f"only {len(buf) - pos} bytes left at {pos}, a record needs {FIXED_SIZE}")
+    layout = layout_at(buf, pos)
+    fixed_size = layout.fixed_size
+    if len(buf) - pos < fixed_size:
+        raise CorruptRecordError(f"only {len(buf) - pos} bytes left at {pos}, a record needs {fixed_size}")
     (
         total,
         magic,
@@ -131,22 +136,22 @@ def decode_record(
         reconsume,
         prepared,
         body_len,
-    ) = HEADER.unpack_from(buf, pos)
+    ) = layout.header.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC:
         raise CorruptRecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at {pos}")
-    if total < FIXED_SIZE or total > len(buf) - pos or body_len < 0 or body_len > total - FIXED_SIZE:
+    if total < fixed_size or total > len(buf) - pos or body_len < 0 or body_len > total - fixed_size:
         raise CorruptRecordError(f"record size {total} / body {body_len} out of range at {pos}")
-    body_end = pos + POS_BODY + body_len
+    body_end = pos + layout.body + body_len
     record_end = pos + total
     if body_end + 3 > record_end:
         raise CorruptRecordError(f"body of {body_len} bytes leaves no room for topic and properties at {pos}")
-    body = bytes(buf[pos + POS_BODY : body_end])
+    body = bytes(buf[pos + layout.body : body_end])
     topic_len = buf[body_end]
     topic_end = body_end + 1 + topic_len
     if topic_end + 2 > record_end:
         raise CorruptRecordError(f"topic of {topic_len} bytes runs past the record at {pos}")
     (props_len,) = SHORT.unpack_from(buf, topic_end)
-    if FIXED_SIZE + body_len + topic_len + props_len != total or props_len < 0:
+    if fixed_size + body_len + topic_len + props_len != total or props_len < 0:
         raise CorruptRecordError(f"field lengths do not add up to the record size {total} at {pos}")
     if check_crc and not crc_matches(body, body_crc):
         raise CorruptRecordError(f"body CRC mismatch at {pos}")
@@ -229,6 +234,9 @@ def python_check_record(
         return BLANK if total == remaining else None
     if magic != MESSAGE_MAGIC or total < FIXED_SIZE or total > remaining:
         return None
+    layout = layout_at(buf, pos)
+    if total < layout.fixed_size:
+        return None
     (
         _,
         _,
@@ -245,12 +253,12 @@ def python_check_record(
         _,
         _,
         body_len,
-    ) = HEADER.unpack_from(buf, pos)
+    ) = layout.header.unpack_from(buf, pos)
     if record_offset != physical_offset or queue_offset < 0 or store_timestamp < 0:
         return None
-    if body_len < 0 or body_len > total - FIXED_SIZE:
+    if body_len < 0 or body_len > total - layout.fixed_size:
         return None
-    body_end = pos + POS_BODY + body_len
+    body_end = pos + layout.body + body_len
     topic_end = body_end + 1 + buf[body_end]
     record_end = pos + total
     if topic_end + 2 > record_end:
@@ -262,7 +270,7 @@ def python_check_record(
     # (RocketMQ 4.9.1+ writes none, and leaves the bit clear.)
     if props_len and sysflag & SYSFLAG_PROPERTIES_END and buf[record_end - 1] != 2:
         return None
-    if not crc_matches(buf[pos + POS_BODY : body_end], body_crc):
+    if not crc_matches(buf[pos + layout.body : body_end], body_crc):
         return None
     topic = _valid_topic(bytes(buf[body_end + 1 : topic_end]))
     if topic is None:
@@ -302,8 +310,9 @@ _TAGS_PREFIX = b"TAGS\x01"
 
 def _properties_at(buf: bytes | memoryview) -> int:
     """Where the properties of an encoded record start: they run to its end."""
-    (body_len,) = INT.unpack_from(buf, POS_BODY - 4)
-    topic_len_at: int = POS_BODY + body_len
+    body_at = layout_at(buf).body
+    (body_len,) = INT.unpack_from(buf, body_at - 4)
+    topic_len_at: int = body_at + body_len
     return topic_len_at + 1 + buf[topic_len_at] + 2
 
 
@@ -316,6 +325,11 @@ def record_property_bytes(buf: bytes | memoryview) -> bytes:
 def record_properties(buf: bytes | memoryview) -> dict[str, str]:
     """The properties of an encoded record, decoded without its body."""
     return decode_properties(buf[_properties_at(buf) :])
+
+
+def record_reconsume_times(buf: bytes | memoryview) -> int:
+    """RECONSUMETIMES of an encoded record."""
+    return int(INT.unpack_from(buf, layout_at(buf).reconsume_times)[0])
 
 
 def record_tags(buf: bytes | memoryview) -> str:
@@ -360,9 +374,10 @@ def python_record_is(
         or record_offset != physical_offset
     ):
         return False
-    (body_len,) = INT.unpack_from(buf, POS_BODY - 4)
-    topic_at = POS_BODY + body_len
-    if body_len < 0 or topic_at + 1 + len(topic) > size or buf[topic_at] != len(topic):
+    body_at = layout_at(buf).body
+    (body_len,) = INT.unpack_from(buf, body_at - 4)
+    topic_at = body_at + body_len
+    if total < body_at + 3 or body_len < 0 or topic_at + 1 + len(topic) > size or buf[topic_at] != len(topic):
         return False
     return buf[topic_at + 1 : topic_at + 1 + len(topic)] == topic
 

@@ -21,6 +21,10 @@ All integers are big-endian. The fixed part is 91 bytes::
     88+n    TOPIC                       1 + n
     ..      PROPERTIES                  2 + n   "k\\x01v\\x02k\\x01v\\x02" (RocketMQ 4.9.1+: no last \\x02)
 
+RocketMQ stores an IPv6 host in 20 bytes (address + port) and says so in SYSFLAG (bit 0x10 for
+BORNHOST, 0x20 for STOREHOST): every field after such a host moves 12 bytes on. Wharf reads those
+records (:func:`layout_of`) and writes IPv4 hosts only.
+
 A record is encoded outside the append lock with placeholder QUEUEOFFSET, PHYSICALOFFSET and
 STORETIMESTAMP; the CommitLog patches those three under the lock (:data:`PATCH_OFFSETS`).
 """
@@ -61,6 +65,7 @@ POS_STOREHOST = 64
 POS_RECONSUMETIMES = 72
 POS_BODY = 88
 
+
 # Patched under the lock: queue offset and physical offset (adjacent), then the store timestamp.
 OFFSETS = struct.Struct(">qq")
 TIMESTAMP = struct.Struct(">q")
@@ -77,12 +82,66 @@ PLACEHOLDER = -1
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_ROLLBACK = 0xC
 SYSFLAG_TRANSACTION_MASK = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+SYSFLAG_HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 # Wharf's own bit, above RocketMQ's: the producer chose the unique id (UNIQ_KEY), so a retry may
 # repeat it; the idempotency window is rebuilt at start from the records that carry this bit.
 SYSFLAG_PRODUCER_UNIQ_KEY = 0x10000
 # Wharf's own bit too: every record Wharf writes has it, and its properties end with a separator,
 # which its check requires (RocketMQ 4.9.1+ writes none, so a record without the bit needs none).
 SYSFLAG_PROPERTIES_END = 0x20000
+
+
+class Layout(NamedTuple):
+    """Where a record's fields are, for the IPv4/IPv6 form of its two hosts (SYSFLAG's
+    :data:`SYSFLAG_HOSTS_V6` bits): the fields before BORNHOST never move."""
+
+    header: struct.Struct  # fields 1-14 and BODY's length
+    fixed_size: int  # the record's size with an empty body, topic and properties
+    born_host_size: int
+    store_timestamp: int
+    store_host: int
+    store_host_size: int
+    reconsume_times: int
+    body: int
+
+
+def _layout(sysflag: int) -> Layout:
+    born = 20 if sysflag & SYSFLAG_BORNHOST_V6 else 8
+    store = 20 if sysflag & SYSFLAG_STOREHOST_V6 else 8
+    header = struct.Struct(f">iiiiiqqiq{born}sq{store}siqi")
+    store_timestamp = 48 + born
+    return Layout(
+        header,
+        header.size + 1 + 2,
+        born,
+        store_timestamp,
+        store_timestamp + 8,
+        store,
+        store_timestamp + 8 + store,
+        header.size,
+    )
+
+
+_LAYOUTS = {bits: _layout(bits) for bits in (0, 0x10, 0x20, 0x30)}
+IPV4_LAYOUT = _LAYOUTS[0]
+assert (
+    IPV4_LAYOUT.header.format == HEADER.format
+    and IPV4_LAYOUT.body == POS_BODY
+    and IPV4_LAYOUT.fixed_size == FIXED_SIZE
+)
+
+
+def layout_of(sysflag: int) -> Layout:
+    """The field positions of a record with this SYSFLAG."""
+    return _LAYOUTS[sysflag & SYSFLAG_HOSTS_V6]
+
+
+def layout_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> Layout:
+    """The field positions of the record at ``pos`` (``buf`` needs its first 40 bytes)."""
+    return _LAYOUTS[INT.unpack_from(buf, pos + POS_SYSFLAG)[0] & SYSFLAG_HOSTS_V6]
+
 
 # Property names (RocketMQ MessageConst).
 PROPERTY_TAGS = "TAGS"
@@ -151,7 +210,7 @@ def tags_hash(tags: str) -> int:
 
 
 # A born host nobody told the broker: a message stored by the broker itself, or a producer whose
-# address is not an IPv4 one (RocketMQ's IPv6 layout, 16-byte hosts, is not written yet).
+# address is not an IPv4 one (RocketMQ's IPv6 layout, 20-byte hosts, is read but not written).
 NO_HOST = b"\0" * 8
 
 
@@ -169,21 +228,27 @@ def encode_host(host: str, port: int) -> bytes:
 
 
 def decode_host(raw: bytes) -> tuple[str, int]:
+    """(address, port) of a stored host: 8 bytes for IPv4, 20 for IPv6."""
+    if len(raw) == 20:
+        return socket.inet_ntop(socket.AF_INET6, raw[:16]), INT.unpack(raw[16:20])[0]
     return socket.inet_ntoa(raw[:4]), INT.unpack(raw[4:8])[0]
 
 
 def message_id(store_host: bytes, physical_offset: int) -> str:
-    """RocketMQ's offset message id: STOREHOST and PHYSICALOFFSET, 32 hex digits."""
+    """RocketMQ's offset message id: STOREHOST and PHYSICALOFFSET, 32 hex digits (56 for an IPv6
+    store host, as RocketMQ's MessageDecoder.createMessageId makes it)."""
     return (store_host + physical_offset.to_bytes(8, "big")).hex().upper()
 
 
 def parse_message_id(msg_id: str) -> tuple[str, int, int]:
     """(store ip, store port, physical offset) from a message id; ValueError if malformed."""
-    if len(msg_id) != 32:
-        raise ValueError(f"message id must be 32 hex digits, got {len(msg_id)} characters")
+    if len(msg_id) not in (32, 56):
+        raise ValueError(
+            f"message id must be 32 hex digits (56 for an IPv6 host), got {len(msg_id)} characters"
+        )
     raw = bytes.fromhex(msg_id)
-    host, port = decode_host(raw[:8])
-    return host, port, int.from_bytes(raw[8:], "big")
+    host, port = decode_host(raw[:-8])
+    return host, port, int.from_bytes(raw[-8:], "big")
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
@@ -318,7 +383,7 @@ def python_encode_record(message: Message, store_host: bytes, now_ms: int, limit
             f"properties are {len(properties)} bytes, the limit is {limits.max_properties_size}"
         )
     total = FIXED_SIZE + len(body) + len(topic) + len(properties)
-    sysflag = message.sysflag | SYSFLAG_PROPERTIES_END
+    sysflag = message.sysflag & ~SYSFLAG_HOSTS_V6 | SYSFLAG_PROPERTIES_END
     header = HEADER.pack(
         total,
         MESSAGE_MAGIC,

@@ -17,6 +17,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
 from spark_jobs.schema import SCHEMA, BatchBuilder, decode_records  # noqa: E402
+from tests.store.test_rocketmq_store import rocketmq_log  # noqa: E402
 
 needs_extension = pytest.mark.skipif(kernel.compiled is None, reason="the compiled kernel is not loaded")
 
@@ -101,3 +102,30 @@ def test_an_answer_as_the_store_writes_it_is_never_left_to_the_python_path(
     assert made is not None
     expected = python_batch(BatchBuilder(SCHEMA, "b"), b"".join(found), until)
     assert not isinstance(expected, type) and made[0].equals(expected[0])
+
+
+def test_records_with_ipv6_hosts_go_to_the_python_path_and_read_right() -> None:
+    # RocketMQ's IPv6 hosts (20 bytes, sysflag 0x10/0x20) move the fields after them: the kernel
+    # leaves such an answer to the Python path, which reads every field where it is.
+    log = rocketmq_log()
+    data = b"".join(record for record, _, _ in log)
+    builder = BatchBuilder(SCHEMA, "broker-a")
+    assert builder.from_page(data, 2**62) is None
+    decoded = decode_records(data)
+    for record in decoded:
+        builder.add(record)
+    rows = builder.build().to_pylist()
+    offset = 0
+    for n, (row, (record, host, properties)) in enumerate(zip(rows, log, strict=True)):
+        assert row["msg_id"] == (host.packed() + offset.to_bytes(8, "big")).hex().upper()
+        assert (row["queue_id"], row["queue_offset"], row["body"]) == (
+            n % 2,
+            n // 2,
+            f"body {n} ünïcode".encode(),
+        )
+        assert (row["tags"], row["keys"], row["unique_id"]) == (
+            properties["TAGS"],
+            properties["KEYS"].split(),
+            properties["UNIQ_KEY"],
+        )
+        offset += len(record)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.routing import topic_config
-from app.routing.perm import PERM_READ
+from app.routing.perm import PERM_READ, PERM_READ_WRITE
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 
 
@@ -124,6 +124,31 @@ def test_an_older_versions_topics_json_is_taken_over(tmp_path: Path, path: Path)
     assert not legacy.exists()
     manager.close()
     assert TopicConfigManager(path, legacy).all() == [TopicConfig("orders", 8, 8)]
+
+
+def test_rocketmqs_topics_json_is_read_and_left_for_rocketmq(tmp_path: Path, path: Path) -> None:
+    # RocketMQ 4.9's TopicConfigManager.encode(): a table of TopicConfig objects by name.
+    rocketmq = tmp_path / "config" / "topics.json"
+    rocketmq.parent.mkdir(parents=True)
+    table = {
+        "dataVersion": {"counter": 3, "timestamp": 1700000000000},
+        "topicConfigTable": {
+            "orders": {"topicName": "orders", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
+                       "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False},
+            "ledger": {"topicName": "ledger", "readQueueNums": 8, "writeQueueNums": 4, "perm": 4, "order": True},
+            "odd": {"topicName": "odd", "readQueueNums": -1, "writeQueueNums": "8", "perm": 7},
+        },
+    }  # fmt: skip
+    rocketmq.write_text(json.dumps(table))
+    manager = TopicConfigManager(path, rocketmq)
+    assert manager.all() == [
+        TopicConfig("ledger", 8, 4, PERM_READ, True),
+        TopicConfig("odd", 4, 4, PERM_READ_WRITE),
+        TopicConfig("orders", 2, 2, PERM_READ_WRITE),
+    ]
+    assert json.loads(rocketmq.read_text()) == table  # RocketMQ still reads its own file
+    manager.close()
+    assert [c.name for c in TopicConfigManager(path, rocketmq).all()] == ["ledger", "odd", "orders"]
 
 
 def test_pages_cover_every_topic_once_in_name_order(path: Path) -> None:

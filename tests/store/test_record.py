@@ -39,14 +39,15 @@ from app.store.record_format import (
     SYSFLAG_PROPERTIES_END,
     TIMESTAMP,
     Limits,
+    decode_host,
     encode_host,
     encode_record,
     tags_hash,
 )
+from tests.store.rocketmq_records import BORN_V4, BORN_V6, NOW_MS, STORE_V4, STORE_V6, Host, rocketmq_record
 
 STORE_HOST = encode_host("10.1.2.3", 10911)
 BORN_HOST = encode_host("192.168.0.7", 50123)
-NOW_MS = 1_700_000_000_000
 LIMITS = Limits()
 
 TOPIC_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789%|_-"
@@ -221,47 +222,6 @@ def test_a_record_holding_the_full_crc_of_an_older_store_still_checks(check: Any
     assert decode_record(data, check_crc=True).body == CHECK_BODY
     struct.pack_into(">i", data, 8, ROCKETMQ_CRC + 1)
     assert check(bytes(data), 0, 0) is None
-
-
-def rocketmq_record(properties: bytes, body: bytes = b'{"id": 7}', physical_offset: int = 4096) -> bytes:
-    """A record as RocketMQ 4.9's CommitLog writes it, laid out field by field from its published
-    format (not through Wharf's encoder): masked body CRC, IPv4 hosts, properties as given."""
-    topic = b"orders"
-    total = (
-        4
-        + 4
-        + 4
-        + 4
-        + 4
-        + 8
-        + 8
-        + 4
-        + 8
-        + 8
-        + 8
-        + 8
-        + 4
-        + 8
-        + 4
-        + len(body)
-        + 1
-        + len(topic)
-        + 2
-        + len(properties)
-    )
-    return (
-        struct.pack(
-            ">iIiiiqqi", total, 0xDAA320A7, zlib.crc32(body) & 0x7FFFFFFF, 3, 0, 11, physical_offset, 0
-        )
-        + struct.pack(">q4sI", NOW_MS - 5, bytes([192, 168, 0, 7]), 50123)
-        + struct.pack(">q4sI", NOW_MS, bytes([10, 1, 2, 3]), 10911)
-        + struct.pack(">iqi", 0, 0, len(body))
-        + body
-        + bytes([len(topic)])
-        + topic
-        + struct.pack(">h", len(properties))
-        + properties
-    )
 
 
 @pytest.mark.parametrize(
@@ -568,3 +528,68 @@ def test_a_malformed_message_id_raises_value_error(bad: str) -> None:
 def test_magic_constants_are_the_spec_values() -> None:
     assert MESSAGE_MAGIC & 0xFFFFFFFF == 0xDAA320A7
     assert BLANK_MAGIC & 0xFFFFFFFF == 0xCBD43194
+
+
+HOST_FORMS = [(BORN_V4, STORE_V4), (BORN_V6, STORE_V4), (BORN_V4, STORE_V6), (BORN_V6, STORE_V6)]
+HOST_FORM_IDS = ["ipv4", "ipv6-born", "ipv6-store", "ipv6-both"]
+
+
+@pytest.mark.parametrize(("born", "store"), HOST_FORMS, ids=HOST_FORM_IDS)
+@pytest.mark.parametrize("check", [record_module.check_record, record_module.python_check_record])
+def test_a_rocketmq_record_with_ipv6_hosts_checks_and_decodes(born: Host, store: Host, check: Any) -> None:
+    # RocketMQ stores an IPv6 host in 20 bytes and says so in SYSFLAG (0x10 born, 0x20 store):
+    # every field after it moves on 12 bytes.
+    properties = b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U7\x02region\x01eu"
+    data = rocketmq_record(properties, b"\x00\xffbody", 8192, born=born, store=store, reconsume_times=2)
+    assert len(data) == 91 + 6 + 6 + len(properties) + 12 * (born.v6 + store.v6)
+    checked = check(data, 0, 8192)
+    assert checked is not None
+    assert (checked.size, checked.topic, checked.queue_id, checked.queue_offset) == (
+        len(data),
+        "orders",
+        3,
+        11,
+    )
+    assert (checked.keys, checked.uniq_key, checked.tags_code) == ("k1 k2", "U7", tags_hash("TagA"))
+    assert checked.store_timestamp == NOW_MS
+    decoded = decode_record(data, check_crc=True)
+    assert (decoded.body, decoded.reconsume_times, decoded.size) == (b"\x00\xffbody", 2, len(data))
+    assert (decoded.born_timestamp, decoded.store_timestamp) == (NOW_MS - 5, NOW_MS)
+    assert (decoded.born_host, decoded.store_host) == (born.packed(), store.packed())
+    assert decode_host(decoded.born_host) == (born.address, born.port)
+    assert decoded.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U7", "region": "eu"}
+    # The message id is the store host and the offset: 56 hex digits for an IPv6 host, as RocketMQ's
+    # MessageDecoder.createMessageId makes it.
+    assert decoded.msg_id == (store.packed() + (8192).to_bytes(8, "big")).hex().upper()
+    assert len(decoded.msg_id) == (56 if store.v6 else 32)
+    assert parse_message_id(decoded.msg_id) == (store.address, store.port, 8192)
+    # The fields read on their own, as reads, filters, pops and the timer read them.
+    assert record_module.store_timestamp(data[: record_module.TIMESTAMP_END]) == NOW_MS
+    assert record_module.record_properties(data) == decoded.properties
+    assert record_module.record_tags(data) == "TagA"
+    assert record_module.record_reconsume_times(data) == 2
+    for record_is in (record_module.record_is, record_module.python_record_is):
+        assert record_is(data, b"orders", 3, 11, 8192)
+        assert not record_is(data, b"orderz", 3, 11, 8192)
+        assert not record_is(data[:-1], b"orders", 3, 11, 8192)
+    # A damaged body still fails the CRC; a record cut short is no record.
+    damaged = bytearray(data)
+    body_at = len(data) - len(properties) - 2 - len(b"orders") - 1 - len(b"\x00\xffbody")
+    damaged[body_at + 3] ^= 0x01
+    assert check(bytes(damaged), 0, 8192) is None
+    assert check(data[: len(data) - 1], 0, 8192) is None
+
+
+@pytest.mark.parametrize("encode", [record_format.encode_record, record_format.python_encode_record])
+def test_wharf_writes_ipv4_hosts_whatever_sysflag_a_producer_sends(encode: Any) -> None:
+    message = Message("t", b"body", sysflag=0x10 | 0x20 | 0x4)
+    encoded = encode(message, STORE_HOST, NOW_MS, LIMITS)
+    assert encoded.sysflag & 0x30 == 0 and encoded.sysflag & 0x4
+    assert struct.unpack_from(">i", encoded.data, 36)[0] == encoded.sysflag
+    assert decode_record(stored(encoded.data, 0, 0)).store_host == STORE_HOST
+
+
+def test_a_message_id_of_an_ipv6_store_host_is_56_hex_digits() -> None:
+    msg_id = "FE800000000000000001000200030000" + "00002A9F" + "0000000000001234"
+    assert parse_message_id(msg_id) == ("fe80::1:2:3:0", 10911, 0x1234)
+    assert message_id(bytes.fromhex(msg_id[:40]), 0x1234) == msg_id

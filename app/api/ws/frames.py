@@ -9,7 +9,7 @@ import struct
 import orjson
 
 from app.codec import message_json, messages_json
-from app.store.record_format import POS_RECONSUMETIMES
+from app.store.record_format import layout_at
 
 _RECONSUME_TIMES = struct.Struct(">i")
 
@@ -50,6 +50,7 @@ def redelivered_record(record: memoryview, nacks: int) -> bytes:
     """A copy of a stored record whose RECONSUMETIMES counts ``nacks`` more deliveries (the field
     lies outside the body CRC, so the record stays valid)."""
     copy = bytearray(record)
-    (times,) = _RECONSUME_TIMES.unpack_from(copy, POS_RECONSUMETIMES)
-    _RECONSUME_TIMES.pack_into(copy, POS_RECONSUMETIMES, times + nacks)
+    at = layout_at(copy).reconsume_times
+    (times,) = _RECONSUME_TIMES.unpack_from(copy, at)
+    _RECONSUME_TIMES.pack_into(copy, at, times + nacks)
     return bytes(copy)
