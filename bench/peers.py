@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.peers [--quick] [--json out.json] [--only throughput,latency]
                                     [--systems redis,nats,wharf] [--messages N] [--samples N]
+                                    [--wharf binary,json,json-http,plain-json,plain-binary,...]
 
 Every system gets the same work from one Python process on this machine: bodies of 1 KiB (the same
 random bytes), batches of 100, fresh streams named for the run and deleted after it, the systems
@@ -11,29 +12,49 @@ interleaved within each repeat, each figure the median of the repeats. Redis (63
 JetStream (4222) are the services already running on localhost, used as they are configured; one
 that does not answer is skipped with the reason. Wharf is a broker process started for the run
 (``python -m app``, ASYNC flush, a temporary store), one topic of one queue per stream, so each
-system writes and reads one ordered log.
+system writes and reads one ordered log. ``--wharf`` picks Wharf's lanes (all by default): the
+throughput lanes ``binary``, ``json``, ``json-http``, ``plain-json`` and ``plain-binary``, the latency
+lanes ``binary``, ``plain-http`` and ``ws-json``.
 
 * ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
-  batch (or window) of 100 at a time, messages/s. Redis: pipelines of 100 ``XADD`` (not
-  transactions), then ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async``
-  awaited together per batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf
-  binary: binary batches (``application/vnd.wharf.batch``) sent by the asyncio client's
-  ``AsyncProducer`` with ``pipeline=True`` (4 batches unanswered on one produce WebSocket: the one
-  queue keeps its order), then read by its ``AsyncSubscriber`` with a credit of 100 (a subscribe
-  socket with ``format=binary``; ``poll_batch``, every record decoded by the compiled kernel).
-  Wharf JSON: ``{"messages": [...]}`` with base64 bodies over HTTP, then the JSON subscribe socket
-  the browser console reads, with a credit of 100 (a permit for every 50 messages taken); "Wharf
-  JSON, HTTP pull" produces the same way and reads with JSON pulls of 100, as curl does. The JSON
-  lanes encode and decode bodies with pybase64. Every reader checks it got every message and every
-  byte. The broker process's CPU time per message (from ``/proc/<pid>/stat``) is reported for each
-  system whose process this machine shows.
+  batch (or window) of 100 at a time, messages/s (the plain lanes: one batch of 100 in flight, then
+  pulls of 1000). Redis: pipelines of 100 ``XADD`` (not transactions), then
+  ``XRANGE ... COUNT 100``. NATS: a file-storage stream, 100 ``publish_async`` awaited together per
+  batch, then an ephemeral pull consumer (no acks) ``fetch(100)``. Wharf binary: binary batches
+  (``application/vnd.wharf.batch``) sent by the asyncio client's ``AsyncProducer`` with
+  ``pipeline=True`` (4 batches unanswered on one produce WebSocket: the one queue keeps its order),
+  then read by its ``AsyncSubscriber`` with a credit of 100 (a subscribe socket with
+  ``format=binary``; ``poll_batch``, every record decoded by the compiled kernel). Wharf JSON:
+  ``{"messages": [...]}`` with base64 bodies over HTTP, then the JSON subscribe socket the browser
+  console reads, with a credit of 100 (a permit for every 50 messages taken); "Wharf JSON, HTTP
+  pull" produces the same way and reads with JSON pulls of 100, as curl does. The JSON lanes encode
+  and decode bodies with pybase64. The plain lanes are the path plain HTTP users take: one request
+  at a time (sent, its answer awaited, then the next) on one kept-alive connection of one
+  ``httpx.AsyncClient``, as curl, a generated OpenAPI client or a browser's ``fetch`` do. "Wharf
+  plain JSON" posts ``{"messages": [...]}`` of 100 base64 bodies
+  (``"encoding": "base64", "queue_id": 0``), then reads with JSON pulls
+  (``GET /v1/topics/{t}/queues/0/messages?offset=N&max_messages=1000``), each body base64-decoded;
+  "Wharf plain binary" posts binary batches of 100 (``encode_batch``, content type
+  ``application/vnd.wharf.batch``), then reads with the same pulls answered as
+  ``application/vnd.wharf.records`` (``Accept``), cut by ``split_records`` and every body compared
+  with the one sent. Every reader checks it got every message and every byte. The broker process's
+  CPU time per message (from ``/proc/<pid>/stat``) is reported for each system whose process this
+  machine shows.
 * ``latency``: one message at a time, from just before it is sent until the consumer has it:
-  Redis ``XREAD BLOCK`` on a second connection, NATS an ordered push consumer, Wharf a binary
-  WebSocket produce frame and a ``format=binary`` subscribe socket. p50 and p99 of each repeat, and
-  the broker's CPU per message so sent and delivered (the sockets' set-up included).
+  Redis ``XREAD BLOCK`` on a second connection, NATS an ordered push consumer; "Wharf binary" a
+  binary WebSocket produce frame and a ``format=binary`` subscribe socket; "Wharf plain HTTP" one
+  JSON message (``{"body": ..., "encoding": "base64", "queue_id": 0}``) posted on one httpx
+  connection, read by long polls (``GET ...?offset=N&max_wait_ms=10000``, JSON) on a second, each
+  body checked; "Wharf WebSocket JSON" a JSON produce frame on ``/v1/ws/produce`` (``format=json``)
+  and the JSON subscribe socket (a window of permits, as the throughput lane's), each body checked.
+  p50 and p99 of each repeat, and the broker's CPU per message so sent and delivered (the sockets'
+  and connections' set-up included).
 
 Targets are ratios against the better peer: Wharf binary produce >= 2x, consume >= 5x and e2e p99
-at most Redis's; Wharf JSON produce >= 1x and consume >= 2x.
+at most Redis's; Wharf JSON produce >= 1x and consume >= 2x; Wharf plain JSON produce >= 1x and
+consume >= 2x; Wharf plain binary produce >= 2x and consume >= 5x; Wharf plain HTTP e2e p99 at most
+2x Redis's and Wharf WebSocket JSON e2e p99 at most Redis's. Redis and NATS keep their own best path
+(pipelines, ``publish_async``), so the plain lanes' ratios set Wharf's plain path against it.
 """
 
 from __future__ import annotations
@@ -60,10 +81,13 @@ from websockets.asyncio.client import connect
 
 from app.client import AsyncProducer, AsyncSubscriber, OutgoingMessage
 from app.codec import (
+    BATCH_MEDIA_TYPE,
+    RECORDS_MEDIA_TYPE,
     IncomingMessage,
     encode_batch,
     split_records,
 )
+from app.store.record_format import INT, layout_at
 from bench import harness
 from bench.harness import Result, Target
 from bench.http_load import cpu_seconds
@@ -72,9 +96,31 @@ from tests.api.server import BrokerProcess
 
 SECTIONS = ("throughput", "latency")
 SYSTEMS = ("redis", "nats", "wharf")
+WHARF_NAMES = {
+    "binary": "Wharf binary",
+    "json": "Wharf JSON",
+    "json-http": "Wharf JSON, HTTP pull",
+    "plain-json": "Wharf plain JSON",
+    "plain-binary": "Wharf plain binary",
+    "plain-http": "Wharf plain HTTP",
+    "ws-json": "Wharf WebSocket JSON",
+}
+WHARF_LANES = tuple(WHARF_NAMES)
+WHARF_SECTIONS = {"binary": SECTIONS, "plain-http": ("latency",), "ws-json": ("latency",)}
+# Targets, as ratios to the better peer: (produce, consume) throughput, and e2e p99 at most.
+THROUGHPUT_GOALS = {
+    "Wharf binary": (2.0, 5.0),
+    "Wharf JSON": (1.0, 2.0),
+    "Wharf plain JSON": (1.0, 2.0),
+    "Wharf plain binary": (2.0, 5.0),
+}
+LATENCY_GOALS = {"Wharf binary": 1.0, "Wharf plain HTTP": 2.0, "Wharf WebSocket JSON": 1.0}
 BODY = secrets.token_bytes(1024)
 BATCH = 100
 IN_FLIGHT = 4
+PULL_MESSAGES = 1_000  # what a plain lane's pull asks for
+LONG_POLL_MS = 10_000
+JSON = "application/json"
 REDIS_URL = "redis://127.0.0.1:6379"
 NATS_URL = "nats://127.0.0.1:4222"
 TIMEOUT_S = 30.0
@@ -98,15 +144,48 @@ def batch_sizes(count: int) -> Iterator[int]:
     return (min(BATCH, count - start) for start in range(0, count, BATCH))
 
 
-async def produce_all(count: int, send: Callable[[int], Awaitable[None]]) -> None:
-    """Send ``count`` messages as batches of ``BATCH``, ``IN_FLIGHT`` batches at a time."""
+async def produce_all(count: int, send: Callable[[int], Awaitable[None]], in_flight: int = IN_FLIGHT) -> None:
+    """Send ``count`` messages as batches of ``BATCH``, ``in_flight`` batches at a time."""
     sizes = batch_sizes(count)
 
     async def worker() -> None:
         for size in sizes:  # one iterator shared by the workers: each batch is sent once
             await send(size)
 
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+
+
+def record_body(record: memoryview) -> bytes:
+    """The body of one stored record of a binary pull answer (layout in app/store/record_format.py)."""
+    at = layout_at(record).body
+    (size,) = INT.unpack_from(record, at - INT.size)  # BODYLENGTH comes just before BODY
+    return record[at : at + size].tobytes()
+
+
+def sent_ok(answer: httpx.Response, count: int) -> None:
+    """Check a produce answer holds ``count`` results, all ``SEND_OK``."""
+    answer.raise_for_status()
+    results = orjson.loads(answer.content)["results"]
+    assert len(results) == count and all(result["status"] == "SEND_OK" for result in results), results
+
+
+async def pull_json(http: httpx.AsyncClient, stream: str, count: int, max_messages: int) -> int:
+    """Read queue 0 of ``stream`` from its start with JSON pulls of ``max_messages``, one at a time,
+    until ``count`` messages came; the bytes of the base64-decoded bodies."""
+    url = f"/v1/topics/{stream}/queues/0/messages"
+    received = size = offset = 0
+    while received < count:
+        answer = await http.get(url, params={"offset": offset, "max_messages": max_messages})
+        answer.raise_for_status()
+        document = orjson.loads(answer.content)
+        for message in document["messages"]:
+            assert message["encoding"] == "base64", message["encoding"]
+            size += len(pybase64.b64decode(message["body"]))
+        got = len(document["messages"])
+        offset = document["next_offset"]
+        assert got, f"{stream} ends after {received} of {count}"
+        received += got
+    return size
 
 
 def process_named(command: str) -> int | None:
@@ -180,6 +259,8 @@ class Lane:
     alias = ""
     pid: int | None = None  # the broker process, when this machine shows it
     note = ""  # how the system is set up, printed under the table
+    sections: tuple[str, ...] = SECTIONS  # the sections it has a row in
+    in_flight = IN_FLIGHT  # batches unanswered at once while producing
 
     async def open(self) -> None: ...
 
@@ -193,7 +274,7 @@ class Lane:
         raise NotImplementedError
 
     async def consume(self, stream: str, count: int) -> int:
-        """Read the stream's ``count`` messages from its start, ``BATCH`` per request; body bytes."""
+        """Read the stream's ``count`` messages from its start; body bytes."""
         raise NotImplementedError
 
     async def latency(self, stream: str, samples: int) -> list[float]:
@@ -326,18 +407,18 @@ class WharfLane(Lane):
     """Wharf through its asyncio client's fastest path (``binary``: ``AsyncProducer`` over a produce
     WebSocket, ``AsyncSubscriber`` with binary records), or JSON both ways as a browser sends and
     reads it (``json``: HTTP batches, the JSON subscribe socket) or as curl does (``json-http``:
-    HTTP batches, JSON pulls)."""
+    HTTP batches, JSON pulls); ``ws-json`` has a latency row only: JSON produce frames and the JSON
+    subscribe socket. The plain lanes are :class:`PlainLane`."""
 
     def __init__(self, broker: BrokerProcess, kind: str) -> None:
         self.url = broker.url
         self.base = broker.url.replace("http://", "ws://", 1)
         self.kind = kind
         self.binary = kind == "binary"
-        self.name = {"binary": "Wharf binary", "json": "Wharf JSON", "json-http": "Wharf JSON, HTTP pull"}[
-            kind
-        ]
+        self.name = WHARF_NAMES[kind]
         self.alias = self.name
-        self.note = "ASYNC flush, a topic of 1 queue" + (", base64 bodies" if not self.binary else "")
+        self.sections = WHARF_SECTIONS.get(kind, ("throughput",))
+        self.note = "ASYNC flush, a topic of 1 queue" + ("" if "binary" in kind else ", base64 bodies")
         assert broker.process is not None
         self.pid = broker.process.pid
 
@@ -361,37 +442,26 @@ class WharfLane(Lane):
             results = await self.producer.send_batch(stream, [OutgoingMessage(BODY) for _ in range(size)])
             assert len(results) == size and all(result.status == "SEND_OK" for result in results), results
             return
+        await self.send_json(stream, size)
+
+    async def send_json(self, stream: str, size: int) -> None:
+        """POST ``{"messages": [...]}`` of ``size`` base64 bodies to queue 0."""
         messages = [
             {"body": pybase64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
             for _ in range(size)
         ]
         content = orjson.dumps({"messages": messages})
         answer = await self.http.post(
-            f"/v1/topics/{stream}/messages", content=content, headers={"content-type": "application/json"}
+            f"/v1/topics/{stream}/messages", content=content, headers={"content-type": JSON}
         )
-        answer.raise_for_status()
-        results = orjson.loads(answer.content)["results"]
-        assert len(results) == size and all(result["status"] == "SEND_OK" for result in results), results
+        sent_ok(answer, size)
 
     async def consume(self, stream: str, count: int) -> int:
         if self.kind == "binary":
             return await self._consume_with_client(stream, count)
         if self.kind == "json":
             return await self._consume_json_socket(stream, count)
-        url = f"/v1/topics/{stream}/queues/0/messages"
-        received = size = offset = 0
-        while received < count:
-            answer = await self.http.get(url, params={"offset": offset, "max_messages": BATCH})
-            answer.raise_for_status()
-            document = orjson.loads(answer.content)
-            for message in document["messages"]:
-                assert message["encoding"] == "base64", message["encoding"]
-                size += len(pybase64.b64decode(message["body"]))
-            got = len(document["messages"])
-            offset = document["next_offset"]
-            assert got, f"{stream} ends after {received} of {count}"
-            received += got
-        return size
+        return await pull_json(self.http, stream, count, BATCH)
 
     async def _consume_with_client(self, stream: str, count: int) -> int:
         """Read the stream from its start with an AsyncSubscriber (``poll_batch``) holding a window
@@ -430,6 +500,8 @@ class WharfLane(Lane):
         return size
 
     async def latency(self, stream: str, samples: int) -> list[float]:
+        if self.kind == "ws-json":
+            return await self._latency_json_sockets(stream, samples)
         window = min(samples, 1_000)
         subscribe_url = f"{self.base}/v1/ws/subscribe?topic={stream}&from=first&format=binary&credit={window}"
         produce_url = f"{self.base}/v1/ws/produce?topic={stream}&format=binary"
@@ -462,6 +534,144 @@ class WharfLane(Lane):
                 assert result["status"] == "SEND_OK", result
 
             return await one_at_a_time(samples, produce, arrivals, asyncio.ensure_future(read()))
+
+    async def _latency_json_sockets(self, stream: str, samples: int) -> list[float]:
+        """One JSON produce frame at a time (its result awaited), each received by the JSON
+        subscribe socket within a window of permits, as the throughput lane reads it."""
+        window = min(samples, 1_000)
+        subscribe_url = f"{self.base}/v1/ws/subscribe?topic={stream}&from=first&credit={window}"
+        produce_url = f"{self.base}/v1/ws/produce?topic={stream}"
+        arrivals: asyncio.Queue[float] = asyncio.Queue()
+        async with (
+            connect(subscribe_url, max_size=None, compression=None) as subscriber,
+            connect(produce_url, compression=None) as producer,
+        ):
+            first = orjson.loads(await subscriber.recv(decode=False))
+            assert first["type"] == "assignment", first
+
+            async def read() -> None:
+                received = owed = 0
+                while received < samples:
+                    data = await subscriber.recv(decode=False)
+                    now = time.perf_counter()
+                    frame = orjson.loads(data)
+                    assert frame["type"] == "messages", frame
+                    for message in frame["messages"]:
+                        assert message["encoding"] == "base64", message["encoding"]
+                        assert pybase64.b64decode(message["body"]) == BODY, message
+                        arrivals.put_nowait(now)
+                    got = len(frame["messages"])
+                    received += got
+                    owed += got
+                    if owed >= window // 2:
+                        await subscriber.send(b'{"type":"permit","n":%d}' % owed, text=True)
+                        owed = 0
+
+            async def produce() -> None:
+                message = {"body": pybase64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
+                await producer.send(orjson.dumps(message), text=True)
+                frame = orjson.loads(await producer.recv(decode=False))
+                assert frame["type"] == "results", frame
+                (result,) = frame["results"]
+                assert result["status"] == "SEND_OK", result
+
+            return await one_at_a_time(samples, produce, arrivals, asyncio.ensure_future(read()))
+
+
+class PlainLane(WharfLane):
+    """Wharf as plain HTTP users reach it: one request at a time (sent, its answer awaited, then the
+    next) on one kept-alive connection of one ``httpx.AsyncClient``, as curl, a generated OpenAPI
+    client or a browser's ``fetch`` do. ``plain-json``: JSON batches of 100 base64 bodies, JSON pulls
+    of 1000; ``plain-binary``: binary batches of 100, pulls of 1000 answered as binary records;
+    ``plain-http`` (latency only): one JSON message per POST, read by long polls on a second
+    connection."""
+
+    in_flight = 1
+
+    def __init__(self, broker: BrokerProcess, kind: str) -> None:
+        super().__init__(broker, kind)
+        self.note += ", one request at a time on one connection"
+
+    async def open(self) -> None:
+        self.http = plain_client(self.url)
+        # The latency lane's consumer: a client of its own, so a connection of its own.
+        self.reader = plain_client(self.url, TIMEOUT_S + LONG_POLL_MS / 1000)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        await self.reader.aclose()
+
+    async def send(self, stream: str, size: int) -> None:
+        if self.kind != "plain-binary":
+            await self.send_json(stream, size)
+            return
+        content = encode_batch([IncomingMessage(BODY, queue_id=0)] * size)
+        answer = await self.http.post(
+            f"/v1/topics/{stream}/messages", content=content, headers={"content-type": BATCH_MEDIA_TYPE}
+        )
+        sent_ok(answer, size)
+
+    async def consume(self, stream: str, count: int) -> int:
+        if self.kind != "plain-binary":
+            return await pull_json(self.http, stream, count, PULL_MESSAGES)
+        url = f"/v1/topics/{stream}/queues/0/messages"
+        headers = {"accept": RECORDS_MEDIA_TYPE}
+        received = size = offset = 0
+        while received < count:
+            answer = await self.http.get(
+                url, params={"offset": offset, "max_messages": PULL_MESSAGES}, headers=headers
+            )
+            answer.raise_for_status()
+            assert answer.headers["content-type"] == RECORDS_MEDIA_TYPE, answer.headers
+            records = split_records(answer.content)
+            assert len(records) == int(answer.headers["x-wharf-message-count"]), answer.headers
+            for record in records:
+                body = record_body(record)
+                assert body == BODY, (stream, received, len(body))
+                size += len(body)
+            offset = int(answer.headers["x-wharf-next-offset"])
+            assert records, f"{stream} ends after {received} of {count}"
+            received += len(records)
+        return size
+
+    async def latency(self, stream: str, samples: int) -> list[float]:
+        """Each message a JSON POST of its own; a consumer long-polling on a second client (and
+        connection) from the offset after the last message it got."""
+        url = f"/v1/topics/{stream}/queues/0/messages"
+        arrivals: asyncio.Queue[float] = asyncio.Queue()
+
+        async def read() -> None:
+            received = offset = 0
+            while received < samples:
+                answer = await self.reader.get(url, params={"offset": offset, "max_wait_ms": LONG_POLL_MS})
+                now = time.perf_counter()
+                answer.raise_for_status()
+                document = orjson.loads(answer.content)
+                for message in document["messages"]:
+                    assert message["encoding"] == "base64", message["encoding"]
+                    assert pybase64.b64decode(message["body"]) == BODY, message
+                    arrivals.put_nowait(now)
+                received += len(document["messages"])
+                offset = document["next_offset"]
+
+        async def produce() -> None:
+            message = {"body": pybase64.b64encode(BODY).decode(), "encoding": "base64", "queue_id": 0}
+            answer = await self.http.post(
+                f"/v1/topics/{stream}/messages", content=orjson.dumps(message), headers={"content-type": JSON}
+            )
+            sent_ok(answer, 1)
+
+        return await one_at_a_time(samples, produce, arrivals, asyncio.ensure_future(read()))
+
+
+def plain_client(url: str, timeout_s: float = TIMEOUT_S) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` of one kept-alive connection."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits)
+
+
+def wharf_lane(broker: BrokerProcess, kind: str) -> WharfLane:
+    return PlainLane(broker, kind) if kind.startswith("plain-") else WharfLane(broker, kind)
 
 
 async def one_at_a_time(
@@ -542,7 +752,7 @@ class Bench:
         await lane.create(stream)
         try:
             with Measured(lane.pid, count) as produced:
-                await produce_all(count, lambda size: lane.send(stream, size))
+                await produce_all(count, lambda size: lane.send(stream, size), lane.in_flight)
             with Measured(lane.pid, count) as consumed:
                 size = await lane.consume(stream, count)
         finally:
@@ -560,7 +770,6 @@ class Bench:
                 produced, consumed = await self.round(lane, plan.messages)
                 rates.setdefault((lane.name, "produce"), []).append(produced)
                 rates.setdefault((lane.name, "consume"), []).append(consumed)
-        goals = {"Wharf binary": (2.0, 5.0), "Wharf JSON": (1.0, 2.0)}
         results: list[Result] = []
         for what in ("produce", "consume"):
             rows = {
@@ -575,7 +784,7 @@ class Bench:
             }
             peers = [rows[lane.name] for lane in self.lanes if not isinstance(lane, WharfLane)]
             better = max(peers, key=lambda row: row.value, default=None)
-            for name, (produce_goal, consume_goal) in goals.items():
+            for name, (produce_goal, consume_goal) in THROUGHPUT_GOALS.items():
                 if name in rows and better is not None:
                     rows[name].target = Target(
                         produce_goal if what == "produce" else consume_goal, on_ratio=True
@@ -617,10 +826,11 @@ class Bench:
         # Redis's p99 is the target; without Redis, the better peer's.
         redis = [row for row in peers if row.alias == RedisLane.alias]
         baseline = (redis or sorted(peers, key=lambda row: row.value))[:1]
-        wharf = p99_rows.get("Wharf binary")
-        if wharf is not None and baseline:
-            wharf.target = Target(1.0, at_least=False, on_ratio=True)
-            wharf.against(baseline[0])
+        for name, goal in LATENCY_GOALS.items():
+            wharf = p99_rows.get(name)
+            if wharf is not None and baseline:
+                wharf.target = Target(goal, at_least=False, on_ratio=True)
+                wharf.against(baseline[0])
         return results + list(p99_rows.values())
 
 
@@ -633,13 +843,19 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nats", default=NATS_URL, help="the NATS server (with JetStream) to measure")
     parser.add_argument("--messages", type=int, help="messages per system and repeat (throughput)")
     parser.add_argument("--samples", type=int, help="latency samples per system and repeat")
+    parser.add_argument(
+        "--wharf",
+        default=",".join(WHARF_LANES),
+        help=f"comma-separated subset of Wharf's lanes {WHARF_LANES}",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args, plan, sections = harness.parse(make_parser(), argv, FULL, QUICK, SECTIONS)
     systems = harness.select_sections(args.systems, SYSTEMS)
-    if systems is None:
+    kinds = harness.select_sections(args.wharf, WHARF_LANES)
+    if systems is None or kinds is None:
         return 2
     if args.messages:
         plan = replace(plan, messages=args.messages, warmup_messages=min(plan.warmup_messages, args.messages))
@@ -666,15 +882,11 @@ def main(argv: list[str] | None = None) -> int:
             if "nats" in systems and "nats" not in skipped:
                 lanes.append(NatsLane(args.nats))
             if "wharf" in systems:
-                lanes += [WharfLane(broker, kind) for kind in ("binary", "json", "json-http")]
+                lanes += [wharf_lane(broker, kind) for kind in kinds]
             bench = Bench(plan, lanes)
 
             def run(section: str) -> list[Result]:
-                if section == "latency":
-                    # One latency row for Wharf: its binary WebSocket path.
-                    bench.lanes = [lane for lane in lanes if not isinstance(lane, WharfLane) or lane.binary]
-                else:
-                    bench.lanes = lanes
+                bench.lanes = [lane for lane in lanes if section in lane.sections]
                 return asyncio.run(bench.opened(getattr(bench, section)))
 
             results = harness.run_sections(sections, run)
@@ -684,10 +896,14 @@ def main(argv: list[str] | None = None) -> int:
         "plan": asdict(plan),
         "sections": sections,
         "systems": systems,
+        "wharf_lanes": kinds,
         "skipped": skipped,
         "body_bytes": len(BODY),
         "batch": BATCH,
         "in_flight": IN_FLIGHT,
+        "plain_in_flight": PlainLane.in_flight,
+        "plain_pull_messages": PULL_MESSAGES,
+        "long_poll_ms": LONG_POLL_MS,
     }
     harness.report("peers", args.json, argv, results, settings, started)
     return 0

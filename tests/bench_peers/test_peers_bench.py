@@ -49,6 +49,12 @@ def test_a_small_run_reports_every_row_with_a_positive_figure(tmp_path: Path) ->
             "Wharf binary consume",
             "Wharf JSON consume",
             "Wharf binary e2e p99",
+            "Wharf plain JSON produce",
+            "Wharf plain JSON consume",
+            "Wharf plain binary produce",
+            "Wharf plain binary consume",
+            "Wharf plain HTTP e2e p99",
+            "Wharf WebSocket JSON e2e p99",
         }
         assert all(result["ratio"] > 0 and result["verdict"] for result in judged.values())
     else:
