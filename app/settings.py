@@ -164,6 +164,9 @@ class Settings(BaseSettings):
     hold_check_interval_ms: int = Field(5_000, ge=10)
     idempotency_window_s: int = Field(300, ge=0)
     idempotency_max_entries: int = Field(1_000_000, ge=0)
+    # Produce and pull requests of the common shapes served below the framework (app.api.fast_lane);
+    # off, every request goes through the whole app. CORS or the ACL configured turn it off.
+    fast_lane: bool = True
 
     # WebSocket subscriptions and produce (README "WebSocket").
     ws_max_credit: int = Field(10_000, ge=1)

@@ -16,6 +16,7 @@ from app.api import admin, cluster, consumers, groups, ha, locks, lookup, messag
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
+from app.api.fast_lane import FastLane, WharfApi
 from app.api.metrics import install_metrics
 from app.api.openapi import install_openapi
 from app.api.schemas import BrokerStats, HealthStatus, ReadyStatus
@@ -127,7 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 engine.dispose()
                 topic_configs.close()
 
-    app = FastAPI(
+    app = WharfApi(
         title="Wharf",
         version="0.1.0",
         description=DESCRIPTION,
@@ -145,6 +146,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_acl(app, settings)
     install_edge(app, settings)
     metrics = install_metrics(app)
+    if settings.fast_lane and not settings.cors_origin_list and not settings.acl_file:
+        app.fast_lane = FastLane(app, app.state.http_durations, settings.max_request_bytes)
     install_openapi(app)
     install_docs(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.datastructures import QueryParams
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope
 
 from app.api import wire
 from app.api.edge import media_type_of
@@ -16,6 +17,7 @@ from app.api.errors import ApiError, ErrorCode
 from app.api.peers import client_born_host
 from app.api.schemas import ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
+from app.broker import Broker
 from app.broker.filters import filter_of
 from app.codec import (
     BATCH_MEDIA_TYPE,
@@ -230,15 +232,23 @@ async def produce(topic: TopicName, request: Request) -> Response:
     media_type = _media_type(request)
     # The body is bounded by WHARF_MAX_REQUEST_BYTES while it streams in (app.api.edge.RequestGuard).
     raw = await request.body()
-    query = request.query_params
+    answer = await produce_answer(broker, topic, media_type, raw, request.query_params, request.scope)
+    return Response(answer, media_type=JSON)
+
+
+async def produce_answer(
+    broker: Broker, topic: str, media_type: str, raw: bytes, query: QueryParams, scope: Scope
+) -> bytes:
+    """The JSON answer to a produce of ``raw`` (of ``media_type``, accepted already) to ``topic``,
+    with the request's query parameters; ApiError (or a broker error) for one refused."""
     transaction = query.get("transaction")
     tried_binary = media_type == BATCH_MEDIA_TYPE and transaction is None
-    born_host = client_born_host(request.scope)
+    born_host = client_born_host(scope)
     if tried_binary:
         # A batch of plain messages is stored in one compiled call; any other is parsed below.
         plain = await broker.produce_batch(topic, raw, born_host)
         if plain is not None:
-            return Response(orjson.dumps({"results": plain}), media_type=JSON)
+            return orjson.dumps({"results": plain})
     if media_type == JSON:
         batch = _parse_json(raw)
     elif media_type == BATCH_MEDIA_TYPE:
@@ -249,7 +259,7 @@ async def produce(topic: TopicName, request: Request) -> Response:
     elif media_type == NDJSON:
         batch = _parse_ndjson(raw)
     else:
-        batch = [_raw_body_message(raw, request.query_params)]
+        batch = [_raw_body_message(raw, query)]
     if not batch:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the request holds no message")
     if tried_binary:  # the compiled call declined it already: straight to the general path
@@ -260,7 +270,7 @@ async def produce(topic: TopicName, request: Request) -> Response:
         results = await broker.transactions.begin(
             topic, batch, transaction, query.get("producer_group"), born_host
         )
-    return Response(orjson.dumps({"results": results}), media_type=JSON)
+    return orjson.dumps({"results": results})
 
 
 async def _produce_route(request: Request) -> Response:
@@ -375,6 +385,42 @@ async def pull(
         ),
     ] = "last",
 ) -> Response:
+    return await pull_answer(
+        broker,
+        topic,
+        queue_id,
+        request.receive,
+        request.headers.get("accept", ""),
+        offset,
+        max_messages,
+        max_wait_ms,
+        tags,
+        filter_type,
+        filter,
+        group,
+        commit_offset,
+        start,
+    )
+
+
+async def pull_answer(
+    broker: Broker,
+    topic: str,
+    queue_id: int,
+    receive: Receive,
+    accept: str,
+    offset: int | None = None,
+    max_messages: int | None = None,
+    max_wait_ms: int = 0,
+    tags: str | None = None,
+    filter_type: str | None = None,
+    filter: str | None = None,  # noqa: A002 - the query parameter's name
+    group: str | None = None,
+    commit_offset: int | None = None,
+    start: str = "last",
+) -> Response:
+    """The answer to a pull whose parameters are valid in type and range (the route's own
+    validation, or :mod:`app.api.fast_lane`'s); ApiError for one the broker refuses."""
     config = await broker.queue_of(topic, queue_id)
     if not config.readable:
         raise ApiError(ErrorCode.TOPIC_NOT_READABLE, f"topic {topic!r} does not allow pulls")
@@ -392,11 +438,8 @@ async def pull(
     except FilterExpressionError as exc:
         raise ApiError(ErrorCode.INVALID_TAG_EXPRESSION, str(exc)) from None
     offset = broker.resolve_pull_offset(topic, queue_id, offset, group, commit_offset, start)
-    result = await broker.pull(
-        topic, queue_id, offset, count, message_filter, max_wait_ms, request.receive, group
-    )
+    result = await broker.pull(topic, queue_id, offset, count, message_filter, max_wait_ms, receive, group)
     suggest = broker.ha.suggest_broker_id(result.reads_disk)
-    accept = request.headers.get("accept", "")
     if RECORDS_MEDIA_TYPE in accept:
         return Response(
             b"".join(result.records), media_type=RECORDS_MEDIA_TYPE, headers=pull_headers(result, suggest)

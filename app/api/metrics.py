@@ -22,7 +22,7 @@ from time import perf_counter
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.routing import iter_route_contexts
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
@@ -51,6 +51,7 @@ class HttpDurations(Collector):
 
     def __init__(self) -> None:
         self.series: dict[SeriesKey, DurationHistogram] = {}
+        self.fast_lane_requests = 0  # of those, answered by app.api.fast_lane
 
     def observe(self, key: SeriesKey, seconds: float) -> None:
         histogram = self.series.get(key)
@@ -58,7 +59,7 @@ class HttpDurations(Collector):
             histogram = self.series[key] = DurationHistogram(HTTP_BUCKETS_S)
         histogram.observe(seconds)
 
-    def collect(self) -> Iterator[HistogramMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(
             "wharf_http_request_duration_seconds",
             "HTTP requests by method, route template and status, from the request to the last byte answered",
@@ -67,6 +68,11 @@ class HttpDurations(Collector):
         for (method, route, status), histogram in sorted(list(self.series.items())):
             histogram.add_to(family, (method, route, str(status)))
         yield family
+        yield CounterMetricFamily(
+            "wharf_http_fast_lane_requests",
+            "HTTP requests answered by the fast lane (produce and pull of the common shapes)",
+            value=self.fast_lane_requests,
+        )
 
 
 class StatusNote:
@@ -185,6 +191,7 @@ def install_metrics(app: FastAPI) -> BrokerMetrics:
     registry.register(BrokerCollector(broker_metrics, store_of))
     registry.register(durations)
     app.state.metrics = Exposition(registry, broker_metrics, store_of)
+    app.state.http_durations = durations
     app.add_middleware(HttpMetricsMiddleware, durations=durations, routes=app.router.routes)
     app.include_router(router)
     return broker_metrics

@@ -1,0 +1,281 @@
+"""The hot routes in one pass: produce and pull served below the framework's routing.
+
+A plain HTTP client sends one request, waits for its answer and sends the next, so what a request
+costs the server before and after the broker's own work sets its rate. Through the whole app a
+request passes eight middlewares and FastAPI's router, which resolves and validates a pull's ten
+query parameters through its dependency machinery: that cost more than the produce or the pull.
+
+:class:`FastLane` sits in front of the app (:class:`WharfApi` asks it first) and serves, in one
+pass, the requests it can answer exactly as the app would:
+
+- ``POST /v1/topics/{topic}/messages`` with a JSON body or a binary batch, a Content-Length within
+  ``WHARF_MAX_REQUEST_BYTES`` and no query string;
+- ``GET /v1/topics/{topic}/queues/{queue_id}/messages`` whose query parameters are among
+  ``offset``, ``max_messages``, ``max_wait_ms``, ``tags`` and ``group``, each at most once, the
+  numbers plain decimal digits within the route's declared ranges.
+
+It runs the routes' own code (:func:`~app.api.messages.produce_answer`,
+:func:`~app.api.messages.pull_answer`), answers errors through the app's exception handlers and times
+each request in the HTTP histogram under its route template, as the middlewares would. Anything else
+- another route, a parameter or header it does not take, a body of another type or length, CORS or
+the ACL configured - goes to the app unchanged, which answers it (and every refusal) as before. The
+lane is off with ``WHARF_FAST_LANE=false``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from time import perf_counter
+from typing import Any, cast
+from urllib.parse import unquote
+
+from fastapi import FastAPI
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from app.api.edge import media_type_of
+from app.api.errors import ApiError, ErrorCode
+from app.api.messages import JSON, produce_answer, pull_answer
+from app.api.metrics import HttpDurations
+from app.broker import Broker
+from app.codec import BATCH_MEDIA_TYPE
+
+log = logging.getLogger(__name__)
+
+PRODUCE_TEMPLATE = "/v1/topics/{topic}/messages"
+PULL_TEMPLATE = "/v1/topics/{topic}/queues/{queue_id}/messages"
+MAX_TOPIC_LENGTH = 255  # the routes' TopicName
+MAX_QUEUE_ID = 65535  # the routes' QueueId
+MAX_TAGS_LENGTH = 4096
+MAX_GROUP_LENGTH = 255
+# What a pull's number may be: plain digits, short enough for a 64-bit integer.
+MAX_DIGITS = 18
+NO_QUERY = QueryParams()
+_PULL_PARAMETERS = {
+    name.encode(): name for name in ("offset", "max_messages", "max_wait_ms", "tags", "group")
+}
+_JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class WharfApi(FastAPI):
+    """The app, asking its :class:`FastLane` (when it has one) first for each HTTP request."""
+
+    fast_lane: FastLane | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lane = self.fast_lane
+        if lane is not None and scope["type"] == "http":
+            handler = lane.route(scope)
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+class FastLane:
+    """Serves the requests it takes (see the module's docstring); ``route`` says which, and
+    ``app`` (the whole app, without this lane) answers the rest."""
+
+    def __init__(self, app: WharfApi, durations: HttpDurations, max_request_bytes: int) -> None:
+        self.state = app.state
+        self.exception_handlers = app.exception_handlers
+        self.durations = durations
+        self.max_request_bytes = max_request_bytes
+
+        async def whole_app(scope: Scope, receive: Receive, send: Send) -> None:
+            await FastAPI.__call__(app, scope, receive, send)
+
+        self.app: Handler = whole_app
+
+    def route(self, scope: Scope) -> Handler | None:
+        """The handler of an HTTP request this lane answers, or None for the app to answer it."""
+        path: str = scope["path"]
+        if not path.startswith("/v1/topics/"):
+            return None
+        method = scope["method"]
+        if method == "POST":
+            return self._produce if _produce_topic(path) is not None else None
+        if method == "GET":
+            return self._pull if _pull_queue(path) is not None else None
+        return None
+
+    # -- produce -----------------------------------------------------------------------------------
+
+    async def _produce(self, scope: Scope, receive: Receive, send: Send) -> None:
+        media_type = self._producible(scope)
+        if media_type is None:
+            await self.app(scope, receive, send)
+            return
+        started = perf_counter()
+        status = 500
+        try:
+            topic = _produce_topic(scope["path"])
+            assert topic is not None
+            raw = await _body(receive)
+            if raw is None:
+                return  # the client went away before its body was in: nobody to answer
+            try:
+                broker = self._broker()
+                answer = await produce_answer(broker, topic, media_type, raw, NO_QUERY, scope)
+            except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
+                status = await self._error(scope, receive, send, exc)
+                return
+            status = 200
+            # As Starlette's Response(answer, media_type=JSON) has them.
+            headers = [(b"content-length", b"%d" % len(answer)), _JSON_CONTENT_TYPE]
+            await _answer(send, 200, headers, answer)
+        finally:
+            self.durations.observe(("POST", PRODUCE_TEMPLATE, status), perf_counter() - started)
+            self.durations.fast_lane_requests += 1
+
+    def _producible(self, scope: Scope) -> str | None:
+        """The media type of a produce this lane takes: JSON (as UTF-8) or a binary batch, a
+        Content-Length within the limit, no Transfer-Encoding, no query string."""
+        if scope["query_string"]:
+            return None
+        length = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if length is not None or not value.isdigit():
+                    return None
+                length = int(value)
+            elif name == b"content-type":
+                if content_type is not None:
+                    return None
+                content_type = value
+            elif name == b"transfer-encoding" or name == b"expect":
+                return None
+        if length is None or length > self.max_request_bytes or content_type is None:
+            return None
+        media_type, charset = media_type_of(content_type.decode("latin-1"))
+        if media_type == JSON and charset in (None, "utf-8", "utf8"):
+            return JSON
+        return BATCH_MEDIA_TYPE if media_type == BATCH_MEDIA_TYPE else None
+
+    # -- pull --------------------------------------------------------------------------------------
+
+    async def _pull(self, scope: Scope, receive: Receive, send: Send) -> None:
+        parameters = _pull_parameters(scope["query_string"])
+        if parameters is None:
+            await self.app(scope, receive, send)
+            return
+        started = perf_counter()
+        status = 500
+        try:
+            placed = _pull_queue(scope["path"])
+            assert placed is not None
+            topic, queue_id = placed
+            accept = ""
+            for name, value in scope["headers"]:
+                if name == b"accept":
+                    accept = value.decode("latin-1")  # as Starlette's Headers.get: the first
+                    break
+            try:
+                response = await pull_answer(self._broker(), topic, queue_id, receive, accept, **parameters)
+            except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
+                status = await self._error(scope, receive, send, exc)
+                return
+            status = response.status_code
+            await _answer(send, status, response.raw_headers, bytes(response.body))
+        finally:
+            self.durations.observe(("GET", PULL_TEMPLATE, status), perf_counter() - started)
+            self.durations.fast_lane_requests += 1
+
+    # -- both --------------------------------------------------------------------------------------
+
+    def _broker(self) -> Broker:
+        broker: Broker | None = getattr(self.state, "broker", None)
+        if broker is None:
+            raise ApiError(ErrorCode.NOT_READY, "the broker is starting")
+        return broker
+
+    async def _error(self, scope: Scope, receive: Receive, send: Send, exc: Exception) -> int:
+        """Answer ``exc`` with the app's handler for its class (the nearest in its MRO); the status."""
+        handlers = self.exception_handlers
+        handler = next((handlers[cls] for cls in type(exc).__mro__ if cls in handlers), None)
+        if handler is None:  # the app has a handler for Exception; without one, as Starlette would
+            raise exc
+        response = await cast(Awaitable[Response], handler(Request(scope, receive), exc))
+        await response(scope, receive, send)
+        return response.status_code
+
+
+async def _body(receive: Receive) -> bytes | None:
+    """The whole request body, or None if the client disconnected first."""
+    message = await receive()
+    if message["type"] != "http.request":
+        return None
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _segment(text: str) -> str | None:
+    """A path segment as a route parameter: non-empty, at most a topic name's length."""
+    return text if 0 < len(text) <= MAX_TOPIC_LENGTH else None
+
+
+def _produce_topic(path: str) -> str | None:
+    """The topic of ``/v1/topics/{topic}/messages``, else None."""
+    parts = path.split("/")
+    if len(parts) != 5 or parts[4] != "messages":
+        return None
+    return _segment(parts[3])
+
+
+def _pull_queue(path: str) -> tuple[str, int] | None:
+    """(topic, queue id) of ``/v1/topics/{topic}/queues/{queue_id}/messages``, else None."""
+    parts = path.split("/")
+    if len(parts) != 7 or parts[4] != "queues" or parts[6] != "messages":
+        return None
+    topic, queue = _segment(parts[3]), parts[5]
+    if topic is None or not queue.isascii() or not queue.isdigit() or len(queue) > 5:
+        return None
+    queue_id = int(queue)
+    return (topic, queue_id) if queue_id <= MAX_QUEUE_ID else None
+
+
+def _pull_parameters(query_string: bytes) -> dict[str, Any] | None:
+    """The pull's parameters when each is one this lane takes, once, and valid; else None."""
+    parameters: dict[str, Any] = {}
+    if not query_string:
+        return parameters
+    for pair in query_string.split(b"&"):
+        raw_name, equals, raw = pair.partition(b"=")
+        name = _PULL_PARAMETERS.get(raw_name)
+        if name is None or not equals or name in parameters:
+            return None
+        if name in ("tags", "group"):
+            try:
+                text = unquote(raw.decode("ascii").replace("+", " "), errors="strict")
+            except UnicodeError:
+                return None
+            if not 0 < len(text) <= (MAX_TAGS_LENGTH if name == "tags" else MAX_GROUP_LENGTH):
+                return None
+            parameters[name] = text
+        else:
+            if not raw.isdigit() or len(raw) > MAX_DIGITS:
+                return None
+            number = int(raw)
+            if name == "max_messages" and number < 1:
+                return None
+            parameters[name] = number
+    return parameters

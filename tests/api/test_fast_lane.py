@@ -1,0 +1,216 @@
+"""The fast lane answers exactly what the whole app answers: the same requests sent to a broker
+with it and to one without it (``WHARF_FAST_LANE=false``) get the same status, headers and body
+(but for what differs by nature: dates, the store host in message ids, timestamps), and the lane
+takes every request of the shapes it serves and none of the others."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch
+from tests.api.server import BrokerProcess
+
+Request = tuple[str, str, dict[str, str], bytes]  # method, path and query, headers, body
+
+JSON = {"content-type": "application/json"}
+TOPIC = "lane"
+OTHER = "lane-two-queues"
+
+
+def batch(*bodies: str) -> bytes:
+    return orjson.dumps(
+        {"messages": [{"body": body, "tags": "TagA", "keys": ["k1"], "queue_id": 0} for body in bodies]}
+    )
+
+
+# Requests the lane serves, in order (each sees what the ones before it stored).
+SERVED: list[Request] = [
+    ("POST", f"/v1/topics/{TOPIC}/messages", JSON, batch("one", "two")),
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages",
+        {"content-type": "application/json; charset=UTF-8"},
+        b'{"body": "three", "queue_id": 0, "tags": "TagB"}',
+    ),
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages",
+        {"content-type": BATCH_MEDIA_TYPE},
+        encode_batch([IncomingMessage(b"\x00\xff four", queue_id=0)]),
+    ),
+    (
+        "POST",
+        f"/v1/topics/{OTHER}/messages",
+        JSON,
+        b'{"body": "keyed", "sharding_key": "order-7", "unique_id": "u-1"}',
+    ),
+    (
+        "POST",
+        f"/v1/topics/{OTHER}/messages",
+        JSON,
+        b'{"body": "again", "sharding_key": "order-7", "unique_id": "u-1"}',
+    ),
+    # Refused by the broker, answered through the app's handlers.
+    ("POST", f"/v1/topics/{TOPIC}/messages", JSON, b'{"body": "x", "queue_id": 9}'),
+    ("POST", f"/v1/topics/{TOPIC}/messages", JSON, b'{"messages": []}'),
+    ("POST", f"/v1/topics/{TOPIC}/messages", JSON, b'{"body": "x", "nonsense": 1}'),
+    ("POST", f"/v1/topics/{TOPIC}/messages", JSON, b"{not json"),
+    ("POST", f"/v1/topics/{TOPIC}/messages", JSON, b'{"body": "x", "properties": {"a": ""}}'),
+    ("POST", "/v1/topics/bad%20name/messages", JSON, b'{"body": "x"}'),
+    ("POST", f"/v1/topics/{'t' * 255}/messages", JSON, b'{"body": "x"}'),
+    ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": BATCH_MEDIA_TYPE}, b"WHB1 broken"),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=1&max_messages=2", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&tags=TagB", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&tags=TagA%20%7C%7C%20TagB", {}, b""),
+    (
+        "GET",
+        f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&max_messages=3",
+        {"accept": RECORDS_MEDIA_TYPE},
+        b"",
+    ),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&group=billing", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?group=billing", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=99&max_wait_ms=30", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&max_messages=20000", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/7/messages?offset=0", {}, b""),
+    ("GET", "/v1/topics/nowhere/queues/0/messages?offset=0", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&tags=%7C%7C", {}, b""),
+]
+
+# Requests the lane leaves to the app: a shape it does not take.
+LEFT: list[Request] = [
+    ("POST", f"/v1/topics/{TOPIC}/messages?tags=T", {"content-type": "application/octet-stream"}, b"raw"),
+    ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": "application/x-ndjson"}, b'{"body": "nd"}\n'),
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages",
+        {"content-type": "application/json; charset=latin-1"},
+        b'{"body": "x"}',
+    ),
+    ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": "text/plain"}, b'{"body": "x"}'),
+    ("POST", f"/v1/topics/{TOPIC}/messages", {}, b'{"body": "x"}'),
+    ("POST", f"/v1/topics/{TOPIC}/messages?transaction=begin", JSON, b'{"body": "half"}'),
+    ("POST", f"/v1/topics/{'t' * 256}/messages", JSON, b'{"body": "x"}'),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=-1", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?max_messages=0", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=abc", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&offset=1", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&from=first", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&filter_type=sql92&filter=a%3D1", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?group=", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/70000/messages", {}, b""),
+    ("GET", f"/v1/topics/{TOPIC}/queues/x/messages", {}, b""),
+    ("PUT", f"/v1/topics/{TOPIC}/messages", JSON, b"{}"),
+    ("GET", f"/v1/topics/{TOPIC}", {}, b""),
+]
+
+# What differs between two brokers by nature: the message id holds the store host's port.
+_VARYING = {"msg_id", "born_timestamp", "store_timestamp", "suspended_until_ms"}
+
+
+# A unique id the broker made holds its address and start time.
+_MADE_ID = re.compile(r"[0-9A-F]{32}")
+
+
+def normalized(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: "*"
+            if key in _VARYING or (key == "unique_id" and _MADE_ID.fullmatch(item))
+            else normalized(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [normalized(item) for item in value]
+    return value
+
+
+def _records_normalized(body: bytes) -> bytes:
+    # A record's timestamps, hosts (the producer's port) and a unique id the broker made differ
+    # between the brokers.
+    out, position = bytearray(body), 0
+    while position < len(out):
+        size = int.from_bytes(out[position : position + 4], "big")
+        out[position + 40 : position + 72] = bytes(32)
+        position += size
+    return re.sub(rb"UNIQ_KEY\x01[0-9A-F]{32}", b"UNIQ_KEY\x01" + b"*" * 32, bytes(out))
+
+
+def answer_of(response: httpx.Response) -> tuple[int, list[tuple[str, str]], Any]:
+    headers = [
+        (name, value) for name, value in response.headers.multi_items() if name not in ("date", "server")
+    ]
+    if response.headers.get("content-type") == "application/json":
+        body: Any = normalized(orjson.loads(response.content))
+    elif response.headers.get("content-type") == RECORDS_MEDIA_TYPE:
+        body = _records_normalized(response.content)
+    else:
+        body = response.content
+    if isinstance(body, dict) and "message" in body:  # an error names a message id or port rarely
+        body["message"] = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:*", body["message"])
+    if isinstance(body, (dict, list)):
+        headers = [(name, "*" if name == "content-length" else value) for name, value in headers]
+    return response.status_code, headers, body
+
+
+def lane_requests(client: httpx.Client) -> int:
+    text = client.get("/metrics").text
+    (value,) = re.findall(r"^wharf_http_fast_lane_requests_total (\S+)$", text, re.M)
+    return int(float(value))
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    root = tmp_path_factory.mktemp("lane")
+    fast = BrokerProcess(root / "fast", hold_check_interval_ms=60000).start()
+    whole = BrokerProcess(root / "whole", hold_check_interval_ms=60000, fast_lane="false").start()
+    try:
+        with (
+            httpx.Client(base_url=fast.url, timeout=30) as a,
+            httpx.Client(base_url=whole.url, timeout=30) as b,
+        ):
+            for client in (a, b):
+                for name, queues in ((TOPIC, 1), (OTHER, 2)):
+                    assert client.post("/v1/topics", json={"name": name, "queues": queues}).status_code == 201
+            yield a, b
+    finally:
+        fast.stop()
+        whole.stop()
+
+
+def test_the_lane_answers_what_the_app_answers_and_serves_only_its_shapes(
+    brokers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    fast, whole = brokers
+    for served, requests in ((True, SERVED), (False, LEFT)):
+        for method, target, headers, body in requests:
+            before = lane_requests(fast)
+            mine = answer_of(fast.request(method, target, headers=headers, content=body))
+            theirs = answer_of(whole.request(method, target, headers=headers, content=body))
+            assert mine == theirs, (method, target)
+            assert lane_requests(fast) - before == (1 if served else 0), (method, target)
+    assert lane_requests(whole) == 0
+
+
+def test_requests_the_lane_answers_are_timed_under_their_route(
+    brokers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    fast, _ = brokers
+    fast.get(f"/v1/topics/{TOPIC}/queues/0/messages?offset=0")
+    fast.post("/v1/topics/nowhere-else/messages", headers=JSON, content=b'{"body": "x", "queue_id": 3}')
+    text = fast.get("/metrics").text
+    pulls = r'wharf_http_request_duration_seconds_count\{method="GET",route="/v1/topics/\{topic\}/queues/\{queue_id\}/messages",status="200"\} (\S+)'
+    assert float(re.findall(pulls, text)[0]) >= 1
+    assert (
+        'route="/v1/topics/{topic}/messages",status="400"' in text
+        or 'route="/v1/topics/{topic}/messages",status="404"' in text
+    )
