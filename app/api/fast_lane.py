@@ -8,8 +8,9 @@ query parameters through its dependency machinery: that cost more than the produ
 :class:`FastLane` sits in front of the app (:class:`WharfApi` asks it first) and serves, in one
 pass, the requests it can answer exactly as the app would:
 
-- ``POST /v1/topics/{topic}/messages`` with a JSON body or a binary batch, a Content-Length within
-  ``WHARF_MAX_REQUEST_BYTES`` and no query string;
+- ``POST /v1/topics/{topic}/messages`` with a Content-Type produce takes and a Content-Length
+  within ``WHARF_MAX_REQUEST_BYTES`` (the route is a plain Starlette one, whose query parameters
+  the produce code reads itself);
 - ``GET /v1/topics/{topic}/queues/{queue_id}/messages`` whose query parameters are among
   ``offset``, ``max_messages``, ``max_wait_ms``, ``tags`` and ``group``, each at most once, the
   numbers plain decimal digits within the route's declared ranges.
@@ -36,12 +37,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.api.edge import media_type_of
 from app.api.errors import ApiError, ErrorCode
-from app.api.messages import JSON, produce_answer, pull_answer
+from app.api.messages import produce_answer, produce_media_type, pull_answer
 from app.api.metrics import HttpDurations
 from app.broker import Broker
-from app.codec import BATCH_MEDIA_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,6 @@ MAX_TAGS_LENGTH = 4096
 MAX_GROUP_LENGTH = 255
 # What a pull's number may be: plain digits, short enough for a 64-bit integer.
 MAX_DIGITS = 18
-NO_QUERY = QueryParams()
 _PULL_PARAMETERS = {
     name.encode(): name for name in ("offset", "max_messages", "max_wait_ms", "tags", "group")
 }
@@ -108,7 +106,7 @@ class FastLane:
 
     async def _produce(self, scope: Scope, receive: Receive, send: Send) -> None:
         media_type = self._producible(scope)
-        if media_type is None:
+        if media_type is None:  # refused or guarded by the app: it answers
             await self.app(scope, receive, send)
             return
         started = perf_counter()
@@ -121,7 +119,8 @@ class FastLane:
                 return  # the client went away before its body was in: nobody to answer
             try:
                 broker = self._broker()
-                answer = await produce_answer(broker, topic, media_type, raw, NO_QUERY, scope)
+                query = QueryParams(scope["query_string"])  # as Starlette's Request has them
+                answer = await produce_answer(broker, topic, media_type, raw, query, scope)
             except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
                 status = await self._error(scope, receive, send, exc)
                 return
@@ -134,10 +133,8 @@ class FastLane:
             self.durations.fast_lane_requests += 1
 
     def _producible(self, scope: Scope) -> str | None:
-        """The media type of a produce this lane takes: JSON (as UTF-8) or a binary batch, a
-        Content-Length within the limit, no Transfer-Encoding, no query string."""
-        if scope["query_string"]:
-            return None
+        """The media type of a produce this lane takes: one produce accepts, a Content-Length
+        within the limit, no Transfer-Encoding."""
         length = content_type = None
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -152,10 +149,10 @@ class FastLane:
                 return None
         if length is None or length > self.max_request_bytes or content_type is None:
             return None
-        media_type, charset = media_type_of(content_type.decode("latin-1"))
-        if media_type == JSON and charset in (None, "utf-8", "utf8"):
-            return JSON
-        return BATCH_MEDIA_TYPE if media_type == BATCH_MEDIA_TYPE else None
+        try:
+            return produce_media_type(content_type.decode("latin-1"))
+        except ApiError:
+            return None
 
     # -- pull --------------------------------------------------------------------------------------
 

@@ -84,7 +84,11 @@ PRODUCE_MEDIA_TYPES = (JSON, NDJSON, OCTET_STREAM, BATCH_MEDIA_TYPE)
 
 def _media_type(request: Request) -> str:
     """The body's media type; a missing or unknown one is refused before the body is read (415)."""
-    content_type = request.headers.get("content-type")
+    return produce_media_type(request.headers.get("content-type"))
+
+
+def produce_media_type(content_type: str | None) -> str:
+    """The media type of a produce's Content-Type, or ApiError (415) for one it cannot be."""
     if content_type is None:
         raise ApiError(
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,

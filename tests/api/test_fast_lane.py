@@ -16,7 +16,8 @@ import pytest
 from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch
 from tests.api.server import BrokerProcess
 
-Request = tuple[str, str, dict[str, str], bytes]  # method, path and query, headers, body
+# Method, path and query, headers, body (in parts: sent chunked).
+Request = tuple[str, str, dict[str, str], bytes | list[bytes]]
 
 JSON = {"content-type": "application/json"}
 TOPIC = "lane"
@@ -65,6 +66,32 @@ SERVED: list[Request] = [
     ("POST", "/v1/topics/bad%20name/messages", JSON, b'{"body": "x"}'),
     ("POST", f"/v1/topics/{'t' * 255}/messages", JSON, b'{"body": "x"}'),
     ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": BATCH_MEDIA_TYPE}, b"WHB1 broken"),
+    # Every body type produce takes, and the query parameters a raw body's fields come from.
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages?tags=T&keys=a%20b&queue_id=0&property=src:curl",
+        {"content-type": "application/octet-stream"},
+        b"raw",
+    ),
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages?queue_id=0&delay_level=99",
+        {"content-type": "application/octet-stream"},
+        b"raw",
+    ),
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages",
+        {"content-type": "application/x-ndjson"},
+        b'{"body": "nd", "queue_id": 0}\n{"body": "nd2", "queue_id": 0}\n',
+    ),
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages?transaction=begin&producer_group=pg",
+        JSON,
+        b'{"body": "half", "queue_id": 0}',
+    ),
+    ("POST", f"/v1/topics/{TOPIC}/messages?transaction=later", JSON, b'{"body": "half", "queue_id": 0}'),
     ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0", {}, b""),
     ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=1&max_messages=2", {}, b""),
     ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&tags=TagB", {}, b""),
@@ -87,8 +114,7 @@ SERVED: list[Request] = [
 
 # Requests the lane leaves to the app: a shape it does not take.
 LEFT: list[Request] = [
-    ("POST", f"/v1/topics/{TOPIC}/messages?tags=T", {"content-type": "application/octet-stream"}, b"raw"),
-    ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": "application/x-ndjson"}, b'{"body": "nd"}\n'),
+    ("POST", f"/v1/topics/{TOPIC}/messages", JSON, [b'{"body": ', b'"chunked", "queue_id": 0}']),
     (
         "POST",
         f"/v1/topics/{TOPIC}/messages",
@@ -97,7 +123,6 @@ LEFT: list[Request] = [
     ),
     ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": "text/plain"}, b'{"body": "x"}'),
     ("POST", f"/v1/topics/{TOPIC}/messages", {}, b'{"body": "x"}'),
-    ("POST", f"/v1/topics/{TOPIC}/messages?transaction=begin", JSON, b'{"body": "half"}'),
     ("POST", f"/v1/topics/{'t' * 256}/messages", JSON, b'{"body": "x"}'),
     ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=-1", {}, b""),
     ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?max_messages=0", {}, b""),
@@ -113,8 +138,8 @@ LEFT: list[Request] = [
     ("GET", f"/v1/topics/{TOPIC}", {}, b""),
 ]
 
-# What differs between two brokers by nature: the message id holds the store host's port.
-_VARYING = {"msg_id", "born_timestamp", "store_timestamp", "suspended_until_ms"}
+# What differs between two brokers by nature: message and transaction ids hold the store host's port.
+_VARYING = {"msg_id", "transaction_id", "born_timestamp", "store_timestamp", "suspended_until_ms"}
 
 
 # A unique id the broker made holds its address and start time.
@@ -162,6 +187,10 @@ def answer_of(response: httpx.Response) -> tuple[int, list[tuple[str, str]], Any
     return response.status_code, headers, body
 
 
+def sent(body: bytes | list[bytes]) -> bytes | Iterator[bytes]:
+    return iter(body) if isinstance(body, list) else body
+
+
 def lane_requests(client: httpx.Client) -> int:
     text = client.get("/metrics").text
     (value,) = re.findall(r"^wharf_http_fast_lane_requests_total (\S+)$", text, re.M)
@@ -194,8 +223,8 @@ def test_the_lane_answers_what_the_app_answers_and_serves_only_its_shapes(
     for served, requests in ((True, SERVED), (False, LEFT)):
         for method, target, headers, body in requests:
             before = lane_requests(fast)
-            mine = answer_of(fast.request(method, target, headers=headers, content=body))
-            theirs = answer_of(whole.request(method, target, headers=headers, content=body))
+            mine = answer_of(fast.request(method, target, headers=headers, content=sent(body)))
+            theirs = answer_of(whole.request(method, target, headers=headers, content=sent(body)))
             assert mine == theirs, (method, target)
             assert lane_requests(fast) - before == (1 if served else 0), (method, target)
     assert lane_requests(whole) == 0
