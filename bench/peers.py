@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.peers [--quick] [--json out.json] [--only throughput,latency]
                                     [--systems redis,nats,wharf] [--messages N] [--samples N]
-                                    [--wharf binary,json,json-http,plain-json,plain-binary,...]
+                                    [--wharf binary,json,json-http,plain-json,plain-binary,floor,...]
 
 Every system gets the same work from one Python process on this machine: bodies of 1 KiB (the same
 random bytes), batches of 100, fresh streams named for the run and deleted after it, the systems
@@ -14,7 +14,8 @@ that does not answer is skipped with the reason. Wharf is a broker process start
 (``python -m app``, ASYNC flush, a temporary store), one topic of one queue per stream, so each
 system writes and reads one ordered log. ``--wharf`` picks Wharf's lanes (all by default): the
 throughput lanes ``binary``, ``json``, ``json-http``, ``plain-json`` and ``plain-binary``, the latency
-lanes ``binary``, ``plain-http`` and ``ws-json``.
+lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor``, the HTTP floor (below), whose relay
+process is started and stopped with the broker.
 
 * ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
   batch (or window) of 100 at a time, messages/s (the plain lanes: one batch of 100 in flight, then
@@ -49,6 +50,15 @@ lanes ``binary``, ``plain-http`` and ``ws-json``.
   and the JSON subscribe socket (a window of permits, as the throughput lane's), each body checked.
   p50 and p99 of each repeat, and the broker's CPU per message so sent and delivered (the sockets'
   and connections' set-up included).
+* The HTTP floor, "HTTP floor" (``--wharf floor``, latency only): "Wharf plain HTTP"'s latency lane,
+  the very same client code, against :mod:`bench.relay_app` instead of the broker: a raw ASGI app
+  (no FastAPI, no Starlette, no store) with the same URLs, which keeps each posted message in a
+  list in memory, wakes the long poll waiting on the topic and answers the same JSON shapes, served
+  by uvicorn as the broker is (uvloop, httptools, one process). What it measures is httpx, the
+  sockets and uvicorn, with nothing of Wharf: the ceiling that the plain HTTP path of any server on
+  this stack reaches with this client. Wharf's plain HTTP e2e is read against it: what lies above
+  the floor is Wharf's own, the floor itself the client's and uvicorn's, which no work in Wharf
+  removes. Its rows (p50, p99, and the relay's CPU per message) are a reference, with no target.
 
 Targets are ratios against the better peer: Wharf binary produce >= 2x, consume >= 5x and e2e p99
 at most Redis's; Wharf JSON produce >= 1x and consume >= 2x; Wharf plain JSON produce >= 1x and
@@ -64,12 +74,13 @@ import asyncio
 import os
 import secrets
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import httpx
 import nats
@@ -92,6 +103,7 @@ from bench import harness
 from bench.harness import Result, Target
 from bench.http_load import cpu_seconds
 from bench.http_setup import percentile
+from bench.relay_app import RelayProcess
 from tests.api.server import BrokerProcess
 
 SECTIONS = ("throughput", "latency")
@@ -104,9 +116,15 @@ WHARF_NAMES = {
     "plain-binary": "Wharf plain binary",
     "plain-http": "Wharf plain HTTP",
     "ws-json": "Wharf WebSocket JSON",
+    "floor": "HTTP floor",
 }
 WHARF_LANES = tuple(WHARF_NAMES)
-WHARF_SECTIONS = {"binary": SECTIONS, "plain-http": ("latency",), "ws-json": ("latency",)}
+WHARF_SECTIONS = {
+    "binary": SECTIONS,
+    "plain-http": ("latency",),
+    "ws-json": ("latency",),
+    "floor": ("latency",),
+}
 # Targets, as ratios to the better peer: (produce, consume) throughput, and e2e p99 at most.
 THROUGHPUT_GOALS = {
     "Wharf binary": (2.0, 5.0),
@@ -252,13 +270,25 @@ def cpu_rows(what: str, runs: list[Rates]) -> list[Result]:
     ]
 
 
+class Served(Protocol):
+    """A server process the Wharf lanes reach: the broker (:class:`BrokerProcess`), or the relay
+    of the HTTP floor (:class:`RelayProcess`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None: ...
+
+
 class Lane:
     """One way of producing and consuming a stream: a row of the throughput table."""
 
     name = ""
     alias = ""
     pid: int | None = None  # the broker process, when this machine shows it
-    note = ""  # how the system is set up, printed under the table
+    note = ""  # how the system is set up, printed under the throughput table
+    latency_note = ""  # printed under the latency table
     sections: tuple[str, ...] = SECTIONS  # the sections it has a row in
     in_flight = IN_FLIGHT  # batches unanswered at once while producing
 
@@ -410,7 +440,7 @@ class WharfLane(Lane):
     HTTP batches, JSON pulls); ``ws-json`` has a latency row only: JSON produce frames and the JSON
     subscribe socket. The plain lanes are :class:`PlainLane`."""
 
-    def __init__(self, broker: BrokerProcess, kind: str) -> None:
+    def __init__(self, broker: Served, kind: str) -> None:
         self.url = broker.url
         self.base = broker.url.replace("http://", "ws://", 1)
         self.kind = kind
@@ -588,7 +618,7 @@ class PlainLane(WharfLane):
 
     in_flight = 1
 
-    def __init__(self, broker: BrokerProcess, kind: str) -> None:
+    def __init__(self, broker: Served, kind: str) -> None:
         super().__init__(broker, kind)
         self.note += ", one request at a time on one connection"
 
@@ -662,6 +692,23 @@ class PlainLane(WharfLane):
             sent_ok(answer, 1)
 
         return await one_at_a_time(samples, produce, arrivals, asyncio.ensure_future(read()))
+
+
+class FloorLane(PlainLane):
+    """The HTTP floor: "Wharf plain HTTP"'s latency lane, the same client code, against
+    :mod:`bench.relay_app` (a raw ASGI app that keeps the messages in a list and wakes a long poll
+    with an event, served by uvicorn as the broker is) instead of the broker. What it measures is
+    the client, the sockets and uvicorn, with nothing of Wharf: the ceiling of the plain HTTP path
+    on this stack. Its rows have no target."""
+
+    def __init__(self, relay: RelayProcess) -> None:
+        super().__init__(relay, "plain-http")
+        self.name = self.alias = WHARF_NAMES["floor"]
+        self.sections = WHARF_SECTIONS["floor"]
+        self.note = self.latency_note = (
+            "bare ASGI relay (bench.relay_app: uvicorn, uvloop, httptools, messages in memory), "
+            "Wharf plain HTTP's client code"
+        )
 
 
 def plain_client(url: str, timeout_s: float = TIMEOUT_S) -> httpx.AsyncClient:
@@ -814,7 +861,9 @@ class Bench:
                 cpu[lane.name].append(run.rates)
         results = []
         for lane in self.lanes:
-            results.append(Result(f"{lane.name} e2e p50", "ms", p50[lane.name], alias=lane.alias))
+            results.append(
+                Result(f"{lane.name} e2e p50", "ms", p50[lane.name], note=lane.latency_note, alias=lane.alias)
+            )
         for lane in self.lanes:
             # The CPU of one message produced and delivered alone, both sockets' frames included.
             results += cpu_rows(f"{lane.name} e2e", cpu[lane.name])
@@ -874,15 +923,24 @@ def main(argv: list[str] | None = None) -> int:
             commitlog_file_size=256 * 1024 * 1024,
             consumequeue_file_entries=300_000,
         )
+        # The HTTP floor's relay, when its lane has a section to run in.
+        floor = "wharf" in systems and "floor" in kinds and "latency" in sections
+        relay = RelayProcess(root / "relay.log") if floor else None
         try:
             broker.start()
+            if relay is not None:
+                relay.start()
             lanes: list[Lane] = []
             if "redis" in systems and "redis" not in skipped:
                 lanes.append(RedisLane(args.redis))
             if "nats" in systems and "nats" not in skipped:
                 lanes.append(NatsLane(args.nats))
             if "wharf" in systems:
-                lanes += [wharf_lane(broker, kind) for kind in kinds]
+                for kind in kinds:
+                    if kind != "floor":
+                        lanes.append(wharf_lane(broker, kind))
+                    elif relay is not None:
+                        lanes.append(FloorLane(relay))
             bench = Bench(plan, lanes)
 
             def run(section: str) -> list[Result]:
@@ -891,6 +949,8 @@ def main(argv: list[str] | None = None) -> int:
 
             results = harness.run_sections(sections, run)
         finally:
+            if relay is not None:
+                relay.stop()
             broker.stop()
     settings = {
         "plan": asdict(plan),

@@ -1,6 +1,7 @@
-"""The peers benchmark's plain lanes (one request at a time on one httpx connection) and the JSON
-socket latency lane, with a handful of messages: a real broker process, and Redis and NATS when
-they answer on localhost."""
+"""The peers benchmark's plain lanes (one request at a time on one httpx connection), the JSON
+socket latency lane and the HTTP floor (the plain HTTP latency lane against the bare ASGI relay),
+with a handful of messages: a real broker process, the relay, and Redis and NATS when they answer
+on localhost."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from bench import peers
 
-PLAIN = ("plain-json", "plain-binary", "plain-http", "ws-json")
+PLAIN = ("plain-json", "plain-binary", "plain-http", "ws-json", "floor")
 # Each new row with a target, and the target as the report writes it.
 TARGETS = {
     "Wharf plain JSON produce": ">= 1x",
@@ -25,6 +26,8 @@ ROWS = (
     *TARGETS,
     "Wharf plain HTTP e2e p50",
     "Wharf WebSocket JSON e2e p50",
+    "HTTP floor e2e p50",
+    "HTTP floor e2e p99",
 )
 CPU_ROWS = (
     "Wharf plain JSON produce broker CPU",
@@ -33,6 +36,7 @@ CPU_ROWS = (
     "Wharf plain binary consume broker CPU",
     "Wharf plain HTTP e2e broker CPU",
     "Wharf WebSocket JSON e2e broker CPU",
+    "HTTP floor e2e broker CPU",  # the relay's process
 )
 
 
@@ -52,6 +56,11 @@ def test_the_plain_lanes_report_their_rows_judged_against_the_peers(tmp_path: Pa
     # Only the lanes asked for: no row of the other Wharf lanes.
     assert not any(name.startswith(("Wharf binary", "Wharf JSON")) for name in results), list(results)
     assert report["settings"]["wharf_lanes"] == list(PLAIN)
+    # The floor is a reference: no target of its own, never the baseline of another row.
+    floor = [result for name, result in results.items() if name.startswith("HTTP floor")]
+    assert len(floor) == 3 and not any(result["target"] or result["baseline"] for result in floor)
+    assert "bare ASGI relay" in results["HTTP floor e2e p50"]["note"]
+    assert not any(result["baseline"] == "HTTP floor" for result in results.values())
     if set(report["settings"]["skipped"]) != {"redis", "nats"}:  # a peer to judge by
         judged = {name: result["target"] for name, result in results.items() if result["target"]}
         assert judged == TARGETS

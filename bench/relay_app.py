@@ -1,0 +1,274 @@
+"""The HTTP floor: the thinnest "broker" plain HTTP users could reach on Wharf's serving stack.
+
+A raw ASGI app (no FastAPI, no Starlette, no store, no validation) with the URL shapes the peers
+benchmark's plain lanes use, keeping each topic's messages in a list in memory:
+
+* ``POST /v1/topics/{t}/messages``: the body read whole, one message object (or ``{"messages":
+  [...]}``) parsed with orjson, each message's ``body`` and ``encoding`` kept (already serialized as
+  the message a pull answers), any long poll waiting on the topic woken, and a prepared answer of
+  the shape Wharf gives (``{"results": [{"msg_id", "unique_id", "queue_id", "queue_offset",
+  "status": "SEND_OK"}]}``).
+* ``GET /v1/topics/{t}/queues/0/messages?offset=N&max_messages=M&max_wait_ms=W``: the messages from
+  ``offset`` at once when there are any, else held on the topic's :class:`asyncio.Event` up to
+  ``max_wait_ms``; answered as Wharf's JSON pull (``status``, ``next_offset``, ``messages`` with the
+  fields of Wharf's, the body as it was posted).
+* ``POST /v1/topics`` (201) and ``DELETE /v1/topics/{t}`` (200, the topic's messages dropped), so a
+  lane can create and delete its stream; ``GET /readyz`` and ``/healthz`` answer 200.
+
+Served by uvicorn as the broker is (uvloop, httptools, one process, log level warning, no access
+log), what a client gets from it is the ceiling of the plain HTTP path on this stack: the client,
+the sockets and uvicorn, with nothing of Wharf::
+
+    .venv/bin/python -m bench.relay_app --port 8081
+
+:class:`RelayProcess` runs it in a child process on a free port for the peers benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from tests.api.server import ROOT, free_port
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+PULL_DEFAULT_MESSAGES = 32  # Wharf's default when a pull names no max_messages
+# As long as Wharf's ids: a 32-digit hexadecimal msg_id and unique_id, the offset at the end.
+MSG_ID = b"7F00000100001F900000000000%06X"
+UNIQUE_ID = b"7F0000010000ABCD1234000000%06X"
+RESULT = (
+    b'{"msg_id":"'
+    + MSG_ID
+    + b'","unique_id":"'
+    + UNIQUE_ID
+    + b'","queue_id":0,"queue_offset":%d,"status":"SEND_OK"}'
+)
+ONE_RESULT = b'{"results":[' + RESULT + b"]}"
+PULL = b'{"status":"%s","next_offset":%d,"min_offset":0,"max_offset":%d,"suggest_broker_id":0,"messages":['
+
+
+class Topic:
+    """One topic's messages, each already the JSON object a pull answers, and the event its long
+    polls wait on (set, then replaced, when a message comes)."""
+
+    __slots__ = ("event", "messages")
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+        self.event = asyncio.Event()
+
+    def append(self, topic: str, posted: dict[str, Any]) -> int:
+        offset = len(self.messages)
+        now = int(time.time() * 1000)
+        self.messages.append(
+            orjson.dumps(
+                {
+                    "msg_id": (MSG_ID % offset).decode(),
+                    "unique_id": (UNIQUE_ID % offset).decode(),
+                    "topic": topic,
+                    "queue_id": 0,
+                    "queue_offset": offset,
+                    "tags": "",
+                    "keys": [],
+                    "properties": {},
+                    "body": posted["body"],
+                    "encoding": posted.get("encoding", "utf8"),
+                    "born_timestamp": now,
+                    "store_timestamp": now,
+                    "reconsume_times": 0,
+                }
+            )
+        )
+        return offset
+
+    def wake(self) -> None:
+        self.event.set()
+        self.event = asyncio.Event()
+
+
+topics: dict[str, Topic] = {}
+
+
+def topic_named(name: str) -> Topic:
+    topic = topics.get(name)
+    if topic is None:
+        topic = topics[name] = Topic()
+    return topic
+
+
+async def answer(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive: Receive) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
+
+
+def query(scope: Scope) -> dict[bytes, bytes]:
+    raw: bytes = scope["query_string"]
+    return dict(pair.partition(b"=")[::2] for pair in raw.split(b"&") if pair)
+
+
+async def produce(name: str, receive: Receive, send: Send) -> None:
+    document = orjson.loads(await read_body(receive))
+    posted = document.get("messages", [document])
+    topic = topic_named(name)
+    offsets = [topic.append(name, message) for message in posted]
+    topic.wake()
+    if len(offsets) == 1:
+        offset = offsets[0]
+        await answer(send, 200, ONE_RESULT % (offset, offset, offset))
+        return
+    results = b",".join(RESULT % (offset, offset, offset) for offset in offsets)
+    await answer(send, 200, b'{"results":[' + results + b"]}")
+
+
+async def pull(name: str, scope: Scope, send: Send) -> None:
+    params = query(scope)
+    offset = int(params.get(b"offset", b"0"))
+    count = int(params.get(b"max_messages", PULL_DEFAULT_MESSAGES))
+    wait_s = int(params.get(b"max_wait_ms", b"0")) / 1000
+    topic = topic_named(name)
+    if len(topic.messages) <= offset and wait_s > 0:
+        event = topic.event
+        try:
+            async with asyncio.timeout(wait_s):
+                await event.wait()
+        except TimeoutError:
+            pass
+    found = topic.messages[offset : offset + count]
+    end = len(topic.messages)
+    status = b"FOUND" if found else b"OFFSET_OVERFLOW_ONE"
+    head = PULL % (status, offset + len(found), end)
+    await answer(send, 200, head + b",".join(found) + b"]}")
+
+
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The relay: produce, long-poll pull, topic create and delete (see the module docstring)."""
+    kind = scope["type"]
+    if kind == "lifespan":
+        while True:
+            event = await receive()
+            await send({"type": event["type"] + ".complete"})
+            if event["type"] == "lifespan.shutdown":
+                return
+    if kind != "http":
+        return
+    method: str = scope["method"]
+    parts = scope["path"].split("/")  # "", "v1", "topics", name, ...
+    if parts[1:3] == ["v1", "topics"]:
+        if len(parts) == 5 and parts[4] == "messages" and method == "POST":
+            await produce(parts[3], receive, send)
+            return
+        if len(parts) == 7 and parts[4:] == ["queues", "0", "messages"] and method == "GET":
+            await pull(parts[3], scope, send)
+            return
+        if len(parts) == 3 and method == "POST":
+            await read_body(receive)
+            await answer(send, 201, b"{}")
+            return
+        if len(parts) == 4 and method == "DELETE":
+            topics.pop(parts[3], None)
+            await answer(send, 200, b"{}")
+            return
+    elif scope["path"] in ("/readyz", "/healthz"):
+        await answer(send, 200, b'{"status":"ok"}')
+        return
+    await answer(send, 404, b'{"error":"not found"}')
+
+
+class RelayProcess:
+    """``python -m bench.relay_app`` in a child process on a free port, its output in ``log_path``."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> RelayProcess:
+        command = [sys.executable, "-m", "bench.relay_app", "--port", str(self.port)]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"relay exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"relay did not become ready in {timeout_s} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.relay_app", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081)
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        # A long poll still held when the run ends need not keep the process up.
+        timeout_graceful_shutdown=2,
+    )
+
+
+if __name__ == "__main__":
+    main()
