@@ -16,7 +16,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
     WHARF_VENV=/opt/wharf
-# The C compiler builds the kernel (app/_kernel.pyx); the runtime image needs none of it.
+# The C compiler builds the kernel (app/store/_kernel*.pyx); the runtime image needs none of it.
 # hadolint ignore=DL3008
 RUN command -v gcc >/dev/null || { apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \

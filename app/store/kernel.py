@@ -1,4 +1,9 @@
-"""Loads Wharf's compiled kernel, the C extension built from app/store/_kernel.pyx at install.
+"""Loads Wharf's compiled kernel, the C extensions built from app/store/_kernel*.pyx at install.
+
+The kernel is one extension module per concern (records, the CommitLog, the index, the produce
+path, Spark's columns, mapped files, over a shared layer they cimport); ``app.store._kernel``
+gathers their functions into the one namespace :data:`compiled` is, so a caller never names the
+module a function lives in (app/store/_kernel.pyx lists them, with their twins).
 
 Each kernel function has a pure-Python twin beside the code that uses it, with identical results
 byte for byte (tests/kernel checks it): ``app.store.record_format.encode_record``,
@@ -13,7 +18,7 @@ compiled function when :data:`compiled` is loaded and the twin otherwise; so doe
 columns), whose twin is the builder's record-by-record path. ``encode_batch`` (a plain
 binary batch into records, ``app.broker.plain``) has the broker's general produce path as its
 twin. Which one runs is logged once, here. ``WHARF_KERNEL=python`` chooses the twins even when the
-extension is there.
+extensions are there.
 """
 
 from __future__ import annotations
