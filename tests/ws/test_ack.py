@@ -86,6 +86,25 @@ def test_a_nack_redelivers_the_message_with_its_reconsume_count(
         assert socket.next("committed")["offset"] == 2
 
 
+def test_a_redelivered_retry_message_shows_the_topic_it_was_first_shown_under(
+    ws: WsBroker, client: httpx.Client
+) -> None:
+    # A socket on a retry topic shows each message under the topic it was produced to (with
+    # retry_topic beside it), on its first delivery and on a redelivery after a nack alike.
+    retry = "%RETRY%shown"
+    assert client.post("/v1/topics", json={"name": retry, "queues": 1}).status_code == 201
+    produce(client, "%25RETRY%25shown", "again", queue_id=0, properties={"RETRY_TOPIC": "orders"})
+    with ws.subscribe(topic=retry, group="shown", **{"from": "first"}, credit=2) as socket:
+        (first,) = socket.messages(1)
+        assert (first["topic"], first["retry_topic"]) == ("orders", retry)
+        socket.send(type="nack", queue_id=0, offset=0)
+        (again,) = socket.messages(1)
+        assert (again["msg_id"], again["reconsume_times"]) == (first["msg_id"], 1)
+        assert {key: value for key, value in again.items() if key != "reconsume_times"} == {
+            key: value for key, value in first.items() if key != "reconsume_times"
+        }
+
+
 def test_a_group_subscriber_stops_at_the_unacknowledged_limit(
     ws: WsBroker, client: httpx.Client, topic: str
 ) -> None:

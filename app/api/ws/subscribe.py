@@ -44,7 +44,7 @@ from app.api.ws.protocol import (
 from app.api.ws.sender import FrameSender
 from app.broker import Broker, read_or_hold
 from app.broker.dead_letter import max_reconsume_times, send_to_dead_letter
-from app.codec import record_to_json
+from app.codec import as_consumed, record_to_json
 from app.store import GetMessageStatus
 
 router = APIRouter()
@@ -400,7 +400,9 @@ class Subscription:
         if self.params.binary:
             await self.sender.send_binary(redelivered_record(result.records[0], nacks))
             return
-        message = record_to_json(result.records[0])
+        # As its first delivery showed it (messages_frame): under its original topic when it comes
+        # from a retry topic.
+        message = as_consumed(record_to_json(result.records[0]))
         message["reconsume_times"] += nacks
         await self.sender.send(
             {
