@@ -146,8 +146,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_acl(app, settings)
     install_edge(app, settings)
     metrics = install_metrics(app)
-    if settings.fast_lane and not settings.cors_origin_list and not settings.acl_file:
-        app.fast_lane = FastLane(app, app.state.http_durations, settings.max_request_bytes)
+    if settings.fast_lane:
+        cors = bool(settings.cors_origin_list)
+        app.fast_lane = FastLane(app, app.state.http_durations, settings.max_request_bytes, cors)
     install_openapi(app)
     install_docs(app)
     app.router.routes.append(messages.PRODUCE_ROUTE)

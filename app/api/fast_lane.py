@@ -16,11 +16,12 @@ pass, the requests it can answer exactly as the app would:
   numbers plain decimal digits within the route's declared ranges.
 
 It runs the routes' own code (:func:`~app.api.messages.produce_answer`,
-:func:`~app.api.messages.pull_answer`), answers errors through the app's exception handlers and times
-each request in the HTTP histogram under its route template, as the middlewares would. Anything else
-- another route, a parameter or header it does not take, a body of another type or length, CORS or
-the ACL configured - goes to the app unchanged, which answers it (and every refusal) as before. The
-lane is off with ``WHARF_FAST_LANE=false``.
+:func:`~app.api.messages.pull_answer`) behind the app's own ACL middleware when ``WHARF_ACL_FILE`` is
+set, answers errors through the app's exception handlers and times each request (an ACL refusal
+included) in the HTTP histogram under its route template, as the middlewares would. Anything else -
+another route, a parameter or header it does not take, a body of another type or length, an
+``Origin`` header while CORS is configured - goes to the app unchanged, which answers it (and every
+refusal) as before. The lane is off with ``WHARF_FAST_LANE=false``.
 """
 
 from __future__ import annotations
@@ -28,18 +29,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import unquote
 
 from fastapi import FastAPI
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from app.acl.middleware import AclMiddleware
+from app.acl.watch import AclFile
 from app.api.errors import ApiError, ErrorCode
 from app.api.messages import produce_answer, produce_media_type, pull_answer
-from app.api.metrics import HttpDurations
+from app.api.metrics import HttpDurations, StatusNote
 from app.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -68,69 +71,91 @@ class WharfApi(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = self.fast_lane
         if lane is not None and scope["type"] == "http":
-            handler = lane.route(scope)
-            if handler is not None:
-                await handler(scope, receive, send)
+            taken = lane.route(scope)
+            if taken is not None:
+                scope["app"] = self  # as Starlette sets it: the ACL's classifiers read the broker there
+                await lane.serve(taken, scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
 
-class FastLane:
-    """Serves the requests it takes (see the module's docstring); ``route`` says which, and
-    ``app`` (the whole app, without this lane) answers the rest."""
+class Taken(NamedTuple):
+    """A request the lane serves: its route's template (the histogram's label) and its handler."""
 
-    def __init__(self, app: WharfApi, durations: HttpDurations, max_request_bytes: int) -> None:
+    template: str
+    handler: Handler
+
+
+class FastLane:
+    """Serves the requests it takes (see the module's docstring): :meth:`route` says which, and
+    :meth:`serve` answers one, behind the ACL when the app has one."""
+
+    def __init__(
+        self, app: WharfApi, durations: HttpDurations, max_request_bytes: int, cors: bool = False
+    ) -> None:
         self.state = app.state
         self.exception_handlers = app.exception_handlers
         self.durations = durations
         self.max_request_bytes = max_request_bytes
+        self.cors = cors  # CORS configured: a request with an Origin goes to the app's CORS middleware
+        acl: AclFile | None = getattr(app.state, "acl", None)
+        # The app's own ACL middleware, around the lane's handler instead of the app.
+        self.acl = (
+            None if acl is None else AclMiddleware(_lane_handler, acl=acl, max_body_bytes=max_request_bytes)
+        )
 
-        async def whole_app(scope: Scope, receive: Receive, send: Send) -> None:
-            await FastAPI.__call__(app, scope, receive, send)
-
-        self.app: Handler = whole_app
-
-    def route(self, scope: Scope) -> Handler | None:
-        """The handler of an HTTP request this lane answers, or None for the app to answer it."""
+    def route(self, scope: Scope) -> Taken | None:
+        """What serves an HTTP request this lane answers, or None for the app to answer it."""
         path: str = scope["path"]
         if not path.startswith("/v1/topics/"):
             return None
         method = scope["method"]
         if method == "POST":
-            return self._produce if _produce_topic(path) is not None else None
-        if method == "GET":
-            return self._pull if _pull_queue(path) is not None else None
-        return None
+            if _produce_topic(path) is None or self._producible(scope) is None:
+                return None
+            taken = Taken(PRODUCE_TEMPLATE, self._produce)
+        elif method == "GET":
+            if _pull_queue(path) is None or _pull_parameters(scope["query_string"]) is None:
+                return None
+            taken = Taken(PULL_TEMPLATE, self._pull)
+        else:
+            return None
+        if self.cors and any(name == b"origin" for name, _ in scope["headers"]):
+            return None
+        return taken
+
+    async def serve(self, taken: Taken, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a request :meth:`route` took, timed in the HTTP histogram as the app times it
+        (refusals by the ACL included)."""
+        started = perf_counter()
+        noted = StatusNote(_VaryOrigin(send) if self.cors else send)
+        try:
+            if self.acl is None:
+                await taken.handler(scope, receive, noted)
+            else:
+                scope[_HANDLER] = taken.handler
+                await self.acl(scope, receive, noted)
+        finally:
+            self.durations.observe((scope["method"], taken.template, noted.status), perf_counter() - started)
+            self.durations.fast_lane_requests += 1
 
     # -- produce -----------------------------------------------------------------------------------
 
     async def _produce(self, scope: Scope, receive: Receive, send: Send) -> None:
+        topic = _produce_topic(scope["path"])
         media_type = self._producible(scope)
-        if media_type is None:  # refused or guarded by the app: it answers
-            await self.app(scope, receive, send)
-            return
-        started = perf_counter()
-        status = 500
+        assert topic is not None and media_type is not None
+        raw = await _body(receive)
+        if raw is None:
+            return  # the client went away before its body was in: nobody to answer
         try:
-            topic = _produce_topic(scope["path"])
-            assert topic is not None
-            raw = await _body(receive)
-            if raw is None:
-                return  # the client went away before its body was in: nobody to answer
-            try:
-                broker = self._broker()
-                query = QueryParams(scope["query_string"])  # as Starlette's Request has them
-                answer = await produce_answer(broker, topic, media_type, raw, query, scope)
-            except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
-                status = await self._error(scope, receive, send, exc)
-                return
-            status = 200
-            # As Starlette's Response(answer, media_type=JSON) has them.
-            headers = [(b"content-length", b"%d" % len(answer)), _JSON_CONTENT_TYPE]
-            await _answer(send, 200, headers, answer)
-        finally:
-            self.durations.observe(("POST", PRODUCE_TEMPLATE, status), perf_counter() - started)
-            self.durations.fast_lane_requests += 1
+            query = QueryParams(scope["query_string"])  # as Starlette's Request has them
+            answer = await produce_answer(self._broker(), topic, media_type, raw, query, scope)
+        except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
+            await self._error(scope, receive, send, exc)
+            return
+        # As Starlette's Response(answer, media_type=JSON) has them.
+        await _answer(send, 200, [(b"content-length", b"%d" % len(answer)), _JSON_CONTENT_TYPE], answer)
 
     def _producible(self, scope: Scope) -> str | None:
         """The media type of a produce this lane takes: one produce accepts, a Content-Length
@@ -157,31 +182,21 @@ class FastLane:
     # -- pull --------------------------------------------------------------------------------------
 
     async def _pull(self, scope: Scope, receive: Receive, send: Send) -> None:
+        placed = _pull_queue(scope["path"])
         parameters = _pull_parameters(scope["query_string"])
-        if parameters is None:
-            await self.app(scope, receive, send)
-            return
-        started = perf_counter()
-        status = 500
+        assert placed is not None and parameters is not None
+        topic, queue_id = placed
+        accept = ""
+        for name, value in scope["headers"]:
+            if name == b"accept":
+                accept = value.decode("latin-1")  # as Starlette's Headers.get: the first
+                break
         try:
-            placed = _pull_queue(scope["path"])
-            assert placed is not None
-            topic, queue_id = placed
-            accept = ""
-            for name, value in scope["headers"]:
-                if name == b"accept":
-                    accept = value.decode("latin-1")  # as Starlette's Headers.get: the first
-                    break
-            try:
-                response = await pull_answer(self._broker(), topic, queue_id, receive, accept, **parameters)
-            except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
-                status = await self._error(scope, receive, send, exc)
-                return
-            status = response.status_code
-            await _answer(send, status, response.raw_headers, bytes(response.body))
-        finally:
-            self.durations.observe(("GET", PULL_TEMPLATE, status), perf_counter() - started)
-            self.durations.fast_lane_requests += 1
+            response = await pull_answer(self._broker(), topic, queue_id, receive, accept, **parameters)
+        except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
+            await self._error(scope, receive, send, exc)
+            return
+        await _answer(send, response.status_code, response.raw_headers, bytes(response.body))
 
     # -- both --------------------------------------------------------------------------------------
 
@@ -191,15 +206,39 @@ class FastLane:
             raise ApiError(ErrorCode.NOT_READY, "the broker is starting")
         return broker
 
-    async def _error(self, scope: Scope, receive: Receive, send: Send, exc: Exception) -> int:
-        """Answer ``exc`` with the app's handler for its class (the nearest in its MRO); the status."""
+    async def _error(self, scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
+        """Answer ``exc`` with the app's handler for its class (the nearest in its MRO)."""
         handlers = self.exception_handlers
         handler = next((handlers[cls] for cls in type(exc).__mro__ if cls in handlers), None)
         if handler is None:  # the app has a handler for Exception; without one, as Starlette would
             raise exc
         response = await cast(Awaitable[Response], handler(Request(scope, receive), exc))
         await response(scope, receive, send)
-        return response.status_code
+
+
+class _VaryOrigin:
+    """The ``send`` of an answer while CORS is configured, to a request without ``Origin``: with
+    ``Vary: Origin``, as Starlette's CORS middleware gives every such answer (a cache must not
+    serve it to a request with an Origin)."""
+
+    __slots__ = ("send",)
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+
+    def __call__(self, message: Message) -> Awaitable[None]:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), (b"vary", b"Origin")]}
+        return self.send(message)
+
+
+# Where serve leaves the handler for the ACL middleware to call once the request passes.
+_HANDLER = "wharf.fast_lane.handler"
+
+
+async def _lane_handler(scope: Scope, receive: Receive, send: Send) -> None:
+    handler: Handler = scope[_HANDLER]
+    await handler(scope, receive, send)
 
 
 async def _body(receive: Receive) -> bytes | None:

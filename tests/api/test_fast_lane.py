@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import orjson
 import pytest
 
 from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch
+from tests.api.acl_setup import ADMIN, CONSUMER, PRODUCER, acl_broker, client_for
 from tests.api.server import BrokerProcess
 
 # Method, path and query, headers, body (in parts: sent chunked).
@@ -243,3 +245,77 @@ def test_requests_the_lane_answers_are_timed_under_their_route(
         'route="/v1/topics/{topic}/messages",status="400"' in text
         or 'route="/v1/topics/{topic}/messages",status="404"' in text
     )
+
+
+@pytest.fixture(scope="module")
+def acl_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    root = tmp_path_factory.mktemp("lane-acl")
+    (root / "fast").mkdir()
+    (root / "whole").mkdir()
+    fast = acl_broker(root / "fast").start()
+    whole = acl_broker(root / "whole", fast_lane="false").start()
+    try:
+        for broker in (fast, whole):
+            with client_for(broker, ADMIN) as admin:
+                assert admin.post("/v1/topics", json={"name": "orders", "queues": 1}).status_code == 201
+                assert admin.post("/v1/topics", json={"name": "audit", "queues": 1}).status_code == 201
+        yield fast, whole
+    finally:
+        fast.stop()
+        whole.stop()
+
+
+def test_behind_the_acl_the_lane_answers_and_refuses_as_the_app_does(
+    acl_brokers: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    fast, whole = acl_brokers
+    produce = ("POST", "/v1/topics/{}/messages", JSON, b'{"body": "x", "queue_id": 0}')
+    pull = ("GET", "/v1/topics/{}/queues/0/messages?offset=0", {}, b"")
+    cases = [
+        (PRODUCER, produce, "orders"),  # allowed
+        (PRODUCER, produce, "audit"),  # 403
+        (CONSUMER, pull, "orders"),  # allowed
+        (CONSUMER, pull, "audit"),  # 403
+        (PRODUCER, pull, "orders"),  # 403: PUB only
+        (None, produce, "orders"),  # 401
+        (("producer-ak", "wrong-secret-000"), produce, "orders"),  # 401
+        (ADMIN, pull, "orders"),
+    ]
+    with client_for(fast, ADMIN) as fast_admin:
+        for account, (method, target, headers, body), topic in cases:
+            before = lane_requests(fast_admin)
+            with client_for(fast, account) as mine, client_for(whole, account) as theirs:
+                answers = [
+                    answer_of(client.request(method, target.format(topic), headers=headers, content=body))
+                    for client in (mine, theirs)
+                ]
+            assert answers[0] == answers[1], (account, method, topic)
+            assert lane_requests(fast_admin) - before == 1, (account, method, topic)
+    statuses = [status for status, _, _ in answers]
+    assert statuses == [200, 200]
+
+
+def test_with_cors_configured_a_request_with_an_origin_goes_through_the_app(tmp_path: Path) -> None:
+    origin = "https://console.example.com"
+    fast = BrokerProcess(tmp_path / "fast", cors_origins=origin).start()
+    whole = BrokerProcess(tmp_path / "whole", cors_origins=origin, fast_lane="false").start()
+    try:
+        with httpx.Client(base_url=fast.url) as mine, httpx.Client(base_url=whole.url) as theirs:
+            for client in (mine, theirs):
+                assert client.post("/v1/topics", json={"name": TOPIC, "queues": 1}).status_code == 201
+            for headers, served in (
+                ({"origin": origin}, 0),
+                ({"origin": "https://elsewhere.example"}, 0),
+                ({}, 1),
+            ):
+                before = lane_requests(mine)
+                target = f"/v1/topics/{TOPIC}/queues/0/messages?offset=0"
+                assert answer_of(mine.get(target, headers=headers)) == answer_of(
+                    theirs.get(target, headers=headers)
+                )
+                assert lane_requests(mine) - before == served, headers
+            (allowed,) = [mine.get(target, headers={"origin": origin})]
+            assert allowed.headers["access-control-allow-origin"] == origin
+    finally:
+        fast.stop()
+        whole.stop()
