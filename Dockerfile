@@ -9,7 +9,8 @@
 # ids carry its advertised address, which must be one clients can reach: set WHARF_ADVERTISED_URL
 # to the host's address and published port. Without it the broker advertises the container's own
 # IP address (and says so at start), which only clients on the same Docker network reach.
-# tests/packaging/test_wheel.py runs this file's install line and commands (see docker/install.sh).
+# tests/packaging/test_wheel.py runs this file's install line and commands (see docker/install.sh);
+# the broker's wheel needs the client's, wharf-client, built from clients/python.
 
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 \
@@ -25,10 +26,17 @@ WORKDIR /src
 COPY pyproject.toml setup.py constraints.txt README.md ./
 COPY app ./app
 COPY spark_jobs ./spark_jobs
+COPY clients/python ./clients/python
 COPY docker/install.sh ./docker/install.sh
 # Empty: the broker alone; "spark": with the Spark extra.
 ARG WHARF_EXTRAS=""
-RUN sh docker/install.sh "$WHARF_VENV" "$WHARF_EXTRAS"
+# The broker depends on wharf-client (clients/python, the Python client): its wheel is built from
+# this tree and installed first, so the broker's install finds it there and asks no index for it.
+RUN python -m pip wheel --no-deps --wheel-dir client-wheel ./clients/python \
+    && python -m venv "$WHARF_VENV" \
+    && "$WHARF_VENV/bin/python" -m pip install --constraint constraints.txt client-wheel/wharf_client-0.1.0-py3-none-any.whl \
+    && rm -rf client-wheel \
+    && sh docker/install.sh "$WHARF_VENV" "$WHARF_EXTRAS"
 
 FROM python:3.11-slim
 ARG WHARF_EXTRAS=""

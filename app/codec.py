@@ -1,35 +1,43 @@
 """Message encodings on the wire: JSON message objects and Wharf's two binary formats.
 
-Binary produce batch, ``Content-Type: application/vnd.wharf.batch`` (all integers big-endian)::
-
-    batch   := "WHB1" | count u32 | message * count
-    message := queue_id i32 (-1: the broker chooses) | flag i32 | born_timestamp i64 (0: now)
-               | tags u16+utf8 | keys u16+utf8 (space-separated) | unique_id u16+utf8
-               | sharding_key u16+utf8 | properties u32+bytes ("name\\x01value\\x02"...)
-               | body u32+bytes
-
-A delay travels in the batch as a property a RocketMQ producer would set: ``DELAY`` (the level,
-1-18), ``TIMER_DELAY_MS`` or ``TIMER_DELIVER_MS`` (epoch ms). They become the message's
-``delay_level``, ``delay_ms`` and ``deliver_at_ms`` and are not stored as properties.
+The formats a client writes or reads - the binary produce batch (``application/vnd.wharf.batch``),
+the stored records of a binary pull answer (``application/vnd.wharf.records``), a JSON message
+object's body - are encoded and decoded in :mod:`wharf_client.codec` (the client distribution,
+documented there), imported here so that each encoding exists once: :class:`IncomingMessage`,
+:func:`parse_batch`, :func:`encode_batch`, :func:`batch_count`, :func:`split_records`,
+:func:`decode_body`, :func:`encode_body` and the media types are that module's. What only the
+broker does stays here: the pull API's JSON message objects straight from stored records (in the
+compiled kernel when it is loaded), a group's view of a retry topic's message, the reserved
+properties, and :func:`decode_records` into the store's :class:`StoredMessage` (the client decodes
+into its own ``wharf_client.Message``).
 
 Binary pull answer, ``Accept: application/vnd.wharf.records``: the stored CommitLog records,
 concatenated exactly as they are on disk (each starts with its 4-byte TOTALSIZE; layout in
-app/store/record.py), with the pull's status and offsets in ``X-Wharf-*`` headers. The broker
+app/store/record_format.py), with the pull's status and offsets in ``X-Wharf-*`` headers. The broker
 copies the bytes once and encodes nothing, which makes it the cheapest way to read.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
-import pybase64
+from wharf_client.codec import (
+    BATCH_MAGIC,
+    BATCH_MEDIA_TYPE,
+    RECORDS_MEDIA_TYPE,
+    BatchFormatError,
+    BodyEncodingError,
+    IncomingMessage,
+    batch_count,
+    decode_body,
+    encode_batch,
+    encode_body,
+    parse_batch,
+    split_records,
+)
 
 from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
 from app.store.kernel import compiled
@@ -55,17 +63,31 @@ from app.store.record_format import (
     message_id,
 )
 
-BATCH_MAGIC = b"WHB1"
-BATCH_MEDIA_TYPE = "application/vnd.wharf.batch"
-RECORDS_MEDIA_TYPE = "application/vnd.wharf.records"
+__all__ = [
+    "BATCH_MAGIC",
+    "BATCH_MEDIA_TYPE",
+    "RECORDS_MEDIA_TYPE",
+    "RESERVED_PROPERTIES",
+    "BatchFormatError",
+    "BodyEncodingError",
+    "IncomingMessage",
+    "as_consumed",
+    "batch_count",
+    "decode_body",
+    "decode_records",
+    "encode_batch",
+    "encode_body",
+    "message_json",
+    "messages_json",
+    "parse_batch",
+    "python_decode_records",
+    "python_message_json",
+    "python_messages_json",
+    "record_to_json",
+    "split_records",
+]
 
-_BATCH_HEAD = struct.Struct(">4sI")
-_MESSAGE_HEAD = struct.Struct(">iiq")
-_MESSAGE_HEAD_TAGS = struct.Struct(">iiqH")  # the head and the length of the tags that follow
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
 _SHORT = struct.Struct(">h")
-_INTEGER = re.compile(r"-?[0-9]+")
 
 # The properties the message view shows as fields of their own (tags, keys, unique_id), and those
 # of delayed delivery (app.broker.delay) and transactions (app.broker.transaction_message): a
@@ -88,62 +110,6 @@ RESERVED_PROPERTIES = frozenset(
         PROPERTY_TRANSACTION_STATE,
     }
 )
-# The binary batch's delay properties, and the field each one sets.
-_DELAY_PROPERTIES = (
-    (PROPERTY_DELAY_TIME_LEVEL, "delay_level"),
-    (PROPERTY_TIMER_DELAY_MS, "delay_ms"),
-    (PROPERTY_TIMER_DELIVER_MS, "deliver_at_ms"),
-)
-
-
-class BatchFormatError(ValueError):
-    """The binary batch does not follow the documented layout."""
-
-
-class BodyEncodingError(ValueError):
-    """A body does not decode with its declared encoding."""
-
-
-@dataclass(slots=True)
-class IncomingMessage:
-    """A message as a client sent it, before the broker picks its queue."""
-
-    body: bytes
-    tags: str = ""
-    keys: list[str] = field(default_factory=list)
-    properties: dict[str, str] = field(default_factory=dict)
-    queue_id: int | None = None
-    sharding_key: str | None = None
-    unique_id: str | None = None
-    flag: int = 0
-    born_timestamp: int = 0
-    delay_level: int | None = None
-    delay_ms: int | None = None
-    deliver_at_ms: int | None = None
-
-
-def decode_body(body: str, encoding: str) -> bytes:
-    if encoding == "utf8":
-        return body.encode()
-    try:
-        # pybase64: the standard library's answers (tests/api/test_wire.py), 5 times faster.
-        return pybase64.b64decode(body, validate=True)
-    except (binascii.Error, ValueError):
-        pass
-    try:
-        # What pybase64 refuses and the standard library's strict decoder takes (padding after a
-        # whole quantum, "AAAA="): the standard library decides, on this rare path only.
-        return base64.b64decode(body, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise BodyEncodingError(f"body is not valid base64: {exc}") from None
-
-
-def encode_body(body: bytes | memoryview) -> tuple[str, str]:
-    """(text, encoding): UTF-8 text when the bytes are valid UTF-8, base64 otherwise."""
-    try:
-        return str(body, "utf-8"), "utf8"
-    except UnicodeDecodeError:
-        return pybase64.b64encode(body).decode("ascii"), "base64"
 
 
 def record_to_json(record: memoryview | bytes) -> dict[str, Any]:
@@ -234,128 +200,9 @@ def as_consumed(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def batch_count(data: bytes) -> int:
-    """The messages a binary produce batch says it holds (its head); 0 when it has no valid head."""
-    if len(data) < _BATCH_HEAD.size:
-        return 0
-    magic, count = _BATCH_HEAD.unpack_from(data, 0)
-    return int(count) if magic == BATCH_MAGIC else 0
-
-
-def parse_batch(data: bytes) -> list[IncomingMessage]:
-    """Decode a binary produce batch; BatchFormatError says where it goes wrong."""
-    data = bytes(data)
-    size = len(data)
-    if size < _BATCH_HEAD.size:
-        raise BatchFormatError("batch is shorter than its 8-byte header")
-    magic, count = _BATCH_HEAD.unpack_from(data, 0)
-    if magic != BATCH_MAGIC:
-        raise BatchFormatError(f"batch must start with {BATCH_MAGIC!r}, got {bytes(magic)!r}")
-    head, u16, u32 = _MESSAGE_HEAD_TAGS.unpack_from, _U16.unpack_from, _U32.unpack_from
-    position = _BATCH_HEAD.size
-    messages: list[IncomingMessage] = []
-    append = messages.append
-    try:
-        for _ in range(count):
-            # Unrolled, on bytes rather than a memoryview: this loop runs once per produced message.
-            queue_id, flag, born_timestamp, length = head(data, position)
-            position += 18
-            tags = data[position : position + length].decode() if length else ""
-            position += length
-            (length,) = u16(data, position)
-            position += 2
-            keys = data[position : position + length].decode().split() if length else []
-            position += length
-            (length,) = u16(data, position)
-            position += 2
-            unique_id = data[position : position + length].decode() if length else None
-            position += length
-            (length,) = u16(data, position)
-            position += 2
-            sharding_key = data[position : position + length].decode() if length else None
-            position += length
-            (properties_length,) = u32(data, position)
-            position += 4
-            raw_properties = data[position : position + properties_length] if properties_length else b""
-            position += properties_length
-            (length,) = u32(data, position)
-            position += 4
-            body = data[position : position + length]
-            position += length
-            # Slices past the end come back short rather than failing: one check per message.
-            if position > size:
-                raise struct.error("truncated")
-            message = IncomingMessage(
-                body,
-                tags,
-                keys,
-                decode_properties(raw_properties) if properties_length else {},
-                None if queue_id < 0 else queue_id,
-                sharding_key,
-                unique_id,
-                flag,
-                born_timestamp,
-            )
-            if properties_length:
-                _take_delay(message, len(messages))
-            append(message)
-    except struct.error:
-        raise BatchFormatError(f"batch ends inside message {len(messages)}") from None
-    except UnicodeDecodeError:
-        raise BatchFormatError(f"message {len(messages)} has a text field that is not UTF-8") from None
-    if position != size:
-        raise BatchFormatError(f"{size - position} bytes follow the last of {count} messages")
-    return messages
-
-
-def _take_delay(message: IncomingMessage, index: int) -> None:
-    """Move the batch's delay properties into the message's delay fields."""
-    properties = message.properties
-    for name, field_name in _DELAY_PROPERTIES:
-        value = properties.pop(name, None)
-        if value is not None:
-            if not _INTEGER.fullmatch(value):
-                raise BatchFormatError(f"message {index}: property {name} must be an integer, not {value!r}")
-            setattr(message, field_name, int(value))
-
-
-def encode_batch(messages: Iterable[IncomingMessage]) -> bytes:
-    """The binary produce batch for ``messages`` (the format clients send)."""
-    parts = []
-    count = 0
-    for message in messages:
-        count += 1
-        delays = {
-            name: str(value)
-            for name, field_name in _DELAY_PROPERTIES
-            if (value := getattr(message, field_name)) is not None
-        }
-        properties = "".join(
-            f"{name}\x01{value}\x02" for name, value in {**message.properties, **delays}.items()
-        ).encode()
-        parts.append(
-            _MESSAGE_HEAD.pack(
-                -1 if message.queue_id is None else message.queue_id, message.flag, message.born_timestamp
-            )
-        )
-        for text in (
-            message.tags,
-            " ".join(message.keys),
-            message.unique_id or "",
-            message.sharding_key or "",
-        ):
-            raw = text.encode()
-            parts.append(_U16.pack(len(raw)))
-            parts.append(raw)
-        parts.append(_U32.pack(len(properties)))
-        parts.append(properties)
-        parts.append(_U32.pack(len(message.body)))
-        parts.append(message.body)
-    return _BATCH_HEAD.pack(BATCH_MAGIC, count) + b"".join(parts)
-
-
 def python_decode_records(data: bytes | memoryview) -> list[StoredMessage]:
-    """The messages of a binary pull answer (or a ``format=binary`` frame): its records, decoded."""
+    """The store's messages of a binary pull answer (or a ``format=binary`` frame): its records,
+    decoded by the store's decoder (a client decodes with ``wharf_client.codec.decode_records``)."""
     return [decode_record(raw) for raw in split_records(data)]
 
 
@@ -364,17 +211,3 @@ def decode_records(data: bytes | memoryview) -> list[StoredMessage]:
     if compiled is None:
         return python_decode_records(data)
     return cast("list[StoredMessage]", compiled.decode_records(data, python_decode_records))
-
-
-def split_records(data: bytes | memoryview) -> list[memoryview]:
-    """Cut a binary pull answer back into its records."""
-    view = memoryview(data)
-    records = []
-    position = 0
-    while position < len(view):
-        (size,) = struct.unpack_from(">i", view, position)
-        if size <= 0 or position + size > len(view):
-            raise BatchFormatError(f"record at {position} has an impossible size {size}")
-        records.append(view[position : position + size])
-        position += size
-    return records

@@ -31,8 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from wharf_client.codec import (
+    BATCH_MEDIA_TYPE,
+    RECORDS_MEDIA_TYPE,
+    IncomingMessage,
+    encode_batch,
+    split_records,
+)
 
-from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage, encode_batch, split_records
 from app.store.record import decode_record
 from bench import harness
 from bench.harness import Result, Target, scratch_parent

@@ -49,8 +49,8 @@ from pathlib import Path
 
 import httpx
 import orjson
+from wharf_client.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 
-from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from bench import harness
 from bench.harness import Result, Target, print_table, scratch_parent
 from bench.http_load import request_bytes

@@ -89,15 +89,15 @@ import pybase64
 import redis.asyncio as aioredis
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from websockets.asyncio.client import connect
-
-from app.client import AsyncProducer, AsyncSubscriber, OutgoingMessage
-from app.codec import (
+from wharf_client import AsyncProducer, AsyncSubscriber, OutgoingMessage
+from wharf_client.codec import (
     BATCH_MEDIA_TYPE,
     RECORDS_MEDIA_TYPE,
     IncomingMessage,
     encode_batch,
     split_records,
 )
+
 from app.store.record_format import INT, layout_at
 from bench import harness
 from bench.harness import Result, Target

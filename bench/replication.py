@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from wharf_client.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 
-from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from bench import harness
 from bench.harness import Result, scratch_parent
 from tests.api.server import BrokerProcess

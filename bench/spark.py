@@ -30,8 +30,8 @@ from pathlib import Path
 
 import httpx
 from pyspark.sql import DataFrame
+from wharf_client.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 
-from app.codec import BATCH_MEDIA_TYPE, IncomingMessage, encode_batch
 from bench import harness
 from bench.harness import Result, Stopwatch, print_table
 from spark_jobs.options import ReadOptions

@@ -33,8 +33,8 @@ from pathlib import Path
 import httpx
 import orjson
 from websockets.asyncio.client import connect
+from wharf_client.codec import IncomingMessage, encode_batch, split_records
 
-from app.codec import IncomingMessage, encode_batch, split_records
 from bench import harness
 from bench.harness import Result, Stopwatch
 from tests.api.server import BrokerProcess

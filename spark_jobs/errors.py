@@ -1,5 +1,5 @@
 """What the Wharf source itself refuses. A broker's refusal or silence reaches Spark as the client's
-own error (app.client: BrokerError with the broker's error_code, BrokerUnavailableError).
+own error (wharf_client: BrokerError with the broker's error_code, BrokerUnavailableError).
 
 Exceptions::
 

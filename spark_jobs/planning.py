@@ -1,7 +1,7 @@
 """Planning on the driver: which (broker, queue) pairs hold the topic, and which offset range to read.
 
 Discovery asks the route endpoint (``GET /v1/topics/{topic}/route``) of the first bootstrap address
-that answers (app.client's QueueClient, which reads the route as every client does); the route names every broker whose queues hold the topic and the master's address,
+that answers (wharf_client's QueueClient, which reads the route as every client does); the route names every broker whose queues hold the topic and the master's address,
 so a topic spread over several brokers is read from each of them. When the registry has no route
 yet (a topic created a moment ago, before the broker's next heartbeat) ``auto`` discovery falls
 back to reading the given addresses directly. Each broker is then asked for its queues' offsets
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
+from wharf_client.queues import QueueClient
 
-from app.client.queues import QueueClient
 from spark_jobs.errors import DataLossError, WharfSourceError
 from spark_jobs.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 

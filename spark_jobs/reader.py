@@ -33,8 +33,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 from pyspark.sql.types import StructType
+from wharf_client.queues import PullPage, QueueClient
 
-from app.client.queues import PullPage, QueueClient
 from app.store.filter import FilterExpressionError, TagFilter
 from app.store.results import GetMessageStatus
 from spark_jobs.errors import DataLossError, WharfSourceError

@@ -21,8 +21,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+from wharf_client.queues import QueueClient
 
-from app.client.queues import QueueClient
 from spark_jobs.options import ReadOptions
 from spark_jobs.planning import OffsetRange, QueueState, discover, lookup, plan_ranges, resolve_starts
 from spark_jobs.reader import parse_tags, read_range

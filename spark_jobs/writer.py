@@ -1,6 +1,6 @@
 """Writes: each DataFrame row becomes one message, produced in binary batches (``batchSize`` rows).
 
-Rows go where a producer would send them (app.client.Producer): the topic's route, asked of the
+Rows go where a producer would send them (wharf_client.Producer): the topic's route, asked of the
 ``url`` brokers, spreads the batches over the writable queues of every broker that serves the
 topic, and a batch a broker fails is retried on another. Rows with a ``queue_id`` go to a queue of
 that id, rows with a ``sharding_key`` to the queue the key picks, always the same one.
@@ -32,8 +32,8 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
+from wharf_client.producer import OutgoingMessage, Producer
 
-from app.client.producer import OutgoingMessage, Producer
 from spark_jobs.errors import WharfSourceError
 from spark_jobs.options import WriteOptions
 

@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
+from wharf_client.codec import encode_body
+from wharf_client.consumer import ConsumedMessage, PullConsumer
+from wharf_client.group_consumer import GroupBatch, GroupConsumer
 
 from app.cli.options import DEFAULT_URL, JsonOption, UrlOption, UserOption, parse_start
 from app.cli.output import message_json, print_json_line
-from app.client.consumer import ConsumedMessage, PullConsumer
-from app.client.group_consumer import GroupBatch, GroupConsumer
-from app.codec import encode_body
 
 FOLLOW_WAIT_MS = 2_000  # how long a pull is held under --follow; Ctrl-C waits at most this long
 BATCH_SIZE = 32

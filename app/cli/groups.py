@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from wharf_client.admin import Admin
 
 from app.cli.options import DEFAULT_URL, JsonOption, UrlOption, UserOption
 from app.cli.output import print_json, print_table
-from app.client.admin import Admin
 
 cli = typer.Typer(help="Consumer groups and their lag.", no_args_is_help=True)
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import httpx
 import typer
 from typer.core import TyperGroup
+from wharf_client.errors import BrokerError, WharfClientError
 
 from app.cli import consume, groups, messages, operations, produce, topics
 from app.cli.output import print_error
 from app.cli.version import wharf_version
-from app.client.errors import BrokerError, WharfClientError
 
 if TYPE_CHECKING:
     from typer._click import Context as ClickContext

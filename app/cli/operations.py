@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import typer
+from wharf_client.admin import Admin
 
 from app.cli.options import DEFAULT_URL, JsonOption, UrlOption, UserOption
 from app.cli.output import format_bytes, format_ms, print_fields, print_json, print_table
-from app.client.admin import Admin
 
 cluster_cli = typer.Typer(help="The clusters and their brokers.", no_args_is_help=True)
 admin_cli = typer.Typer(help="Operator requests: retention, the store's disk.", no_args_is_help=True)

@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
-
-from app.client.auth import basic_auth
+from wharf_client.auth import basic_auth
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

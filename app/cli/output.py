@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.filesize import decimal
 from rich.table import Table
 from rich.text import Text
+from wharf_client.codec import Message as StoredMessage
 
 from app.codec import RESERVED_PROPERTIES, encode_body
-from app.store.record import StoredMessage
 
 # Both follow sys.stdout and sys.stderr as they are when printing.
 stdout = Console(highlight=False)

@@ -31,11 +31,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.text import Text
+from wharf_client.codec import BodyEncodingError, decode_body
+from wharf_client.producer import OutgoingMessage, Producer
 
 from app.cli.options import DEFAULT_URL, JsonOption, UrlOption, UserOption
 from app.cli.output import print_json, print_line, stderr
-from app.client.producer import OutgoingMessage, Producer
-from app.codec import BodyEncodingError, decode_body
 
 DEFAULT_BATCH = 100
 MAX_BATCH = 10_000

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from wharf_client.admin import Admin
 
 from app.cli.options import DEFAULT_URL, JsonOption, UrlOption, UserOption
 from app.cli.output import format_ms, format_perm, print_fields, print_json, print_line, print_table
-from app.client.admin import Admin
 
 cli = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
 

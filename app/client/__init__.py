@@ -1,40 +1,27 @@
-"""Wharf's Python client: a route-aware producer, a group consumer whose queues the brokers allocate,
-a long-polling pull consumer of given queues, topic administration and reads of queues at given
-offsets (sync, httpx); and their asyncio counterparts: a producer with several batches in flight,
-a pull consumer, and a WebSocket subscriber."""
+"""Deprecated: Wharf's Python client is the ``wharf-client`` distribution, imported as
+:mod:`wharf_client`; ``app.client`` and its modules (``app.client.producer``, ...) are aliases of
+``wharf_client``'s and go in the next release. Import from ``wharf_client`` instead."""
 
-from app.client.admin import Admin
-from app.client.aio_consumer import AsyncConsumer
-from app.client.aio_producer import AsyncProducer
-from app.client.aio_subscriber import AsyncSubscriber
-from app.client.consumer import ConsumedMessage, PullConsumer
-from app.client.errors import BrokerError, BrokerUnavailableError, WharfClientError
-from app.client.fault import LatencyFaultTolerance
-from app.client.group_consumer import GroupBatch, GroupConsumer
-from app.client.producer import OutgoingMessage, Producer, SendResult
-from app.client.queues import PullPage, QueueClient, QueueOffsets
-from app.client.routes import MessageQueue, RouteCache, TopicRoute
+from wharf_client import *  # noqa: F403
+from wharf_client import __all__ as __all__
 
-__all__ = [
-    "Admin",
-    "AsyncConsumer",
-    "AsyncProducer",
-    "AsyncSubscriber",
-    "BrokerError",
-    "BrokerUnavailableError",
-    "ConsumedMessage",
-    "GroupBatch",
-    "GroupConsumer",
-    "LatencyFaultTolerance",
-    "MessageQueue",
-    "OutgoingMessage",
-    "Producer",
-    "PullConsumer",
-    "PullPage",
-    "QueueClient",
-    "QueueOffsets",
-    "RouteCache",
-    "SendResult",
-    "TopicRoute",
-    "WharfClientError",
-]
+from app.client import (  # noqa: F401 - the submodules, as attributes of this package
+    admin,
+    aio,
+    aio_consumer,
+    aio_pipeline,
+    aio_producer,
+    aio_subscriber,
+    auth,
+    blocking,
+    closing,
+    consumed,
+    consumer,
+    errors,
+    fault,
+    group_consumer,
+    outgoing,
+    producer,
+    queues,
+    routes,
+)

@@ -1,22 +1,9 @@
-"""The base of the client's classes that own one keep-alive HTTP client."""
+"""Deprecated: moved to :mod:`wharf_client.closing` (the ``wharf-client`` distribution); this alias
+goes in the next release. Importing it gives that very module, so patching one patches both."""
 
-from __future__ import annotations
+import sys
 
-from typing import Self
+from wharf_client import closing as _module
+from wharf_client.closing import *  # noqa: F403
 
-import httpx
-
-
-class HttpOwner:
-    """Owns ``self.http``: closed by :meth:`close`, or at the end of a ``with`` block."""
-
-    http: httpx.Client
-
-    def close(self) -> None:
-        self.http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+sys.modules[__name__] = _module

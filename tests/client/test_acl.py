@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from wharf_client import Admin, BrokerError, Producer, PullConsumer
 
-from app.client import Admin, BrokerError, Producer, PullConsumer
 from tests.api.acl_setup import ADMIN, CONSUMER, PRODUCER, acl_broker
 from tests.api.server import BrokerProcess
 

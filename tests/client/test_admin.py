@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from wharf_client import Admin, BrokerError
 
-from app.client import Admin, BrokerError
 from tests.api.server import BrokerProcess
 
 

@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-
-from app.client import (
+from wharf_client import (
     AsyncConsumer,
     AsyncProducer,
     AsyncSubscriber,
@@ -27,7 +26,8 @@ from app.client import (
     SendResult,
     WharfClientError,
 )
-from app.client.aio import OrderedLines
+from wharf_client.aio import OrderedLines
+
 from app.sharding import queue_for_key
 from tests.api.server import BrokerProcess
 from tests.client.test_end_to_end import DeadBroker

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from wharf_client import OutgoingMessage, Producer, PullConsumer, TopicRoute
 
-from app.client import OutgoingMessage, Producer, PullConsumer, TopicRoute
 from tests.api.server import BrokerProcess
 
 

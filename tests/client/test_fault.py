@@ -5,10 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from app.client.aio_producer import select_queue
-from app.client.fault import LatencyFaultTolerance, avoid_duration_ms
-from app.client.routes import MessageQueue, TopicRoute
+from wharf_client.aio_producer import select_queue
+from wharf_client.fault import LatencyFaultTolerance, avoid_duration_ms
+from wharf_client.routes import MessageQueue, TopicRoute
 
 
 @pytest.mark.parametrize(

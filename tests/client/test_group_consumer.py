@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from wharf_client import GroupConsumer, Producer
 
-from app.client import GroupConsumer, Producer
 from tests.api.server import BrokerProcess
 
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from wharf_client import GroupConsumer, Producer
 
-from app.client import GroupConsumer, Producer
 from tests.api.server import BrokerProcess
 
 KEYS = [f"customer-{n}" for n in range(8)]

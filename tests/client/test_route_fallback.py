@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy.engine import make_url
+from wharf_client import RouteCache
+from wharf_client.aio import AsyncRouteCache
+from wharf_client.errors import BrokerError
 
-from app.client import RouteCache
-from app.client.aio import AsyncRouteCache
-from app.client.errors import BrokerError
 from tests.api.server import BrokerProcess
 from tests.routing.proxy import TcpProxy
 

@@ -198,6 +198,13 @@ def test_the_installed_package_is_not_the_checkout_and_has_all_its_files(
 ) -> None:
     where = installed_python(installation, tmp_path, "import app; print(app.__file__)").strip()
     assert Path(where).is_relative_to(installation.venv), where
+    # The client the broker depends on (wharf-client, clients/python), installed from its wheel too.
+    client = installed_python(
+        installation, tmp_path, "import wharf_client; print(wharf_client.__file__)"
+    ).strip()
+    assert Path(client).is_relative_to(installation.venv) and (Path(client).parent / "py.typed").is_file(), (
+        client
+    )
     # Every file of the package is installed: the console, the migrations and their template, the
     # docs' assets and their licences.
     installed = Path(where).parent

@@ -8,8 +8,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from app.client.queues import QueueOffsets  # noqa: E402
-from app.client.routes import TopicRoute  # noqa: E402
+from wharf_client.queues import QueueOffsets  # noqa: E402
+from wharf_client.routes import TopicRoute  # noqa: E402
+
 from spark_jobs.errors import DataLossError, WharfSourceError  # noqa: E402
 from spark_jobs.options import OptionError, ReadOptions, parse_offsets  # noqa: E402
 from spark_jobs.planning import (  # noqa: E402
