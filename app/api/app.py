@@ -26,6 +26,7 @@ from app.broker import Broker
 from app.broker.ha_master import AppendSignal
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
+from app.outbound import HttpOutbound
 from app.routing.registry import BrokerIdentity, RouteRegistry
 from app.routing.schema import ensure_schema, make_engine
 from app.routing.service import RoutingService
@@ -102,7 +103,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine.dispose()
             raise
         await holds.start()
-        broker = Broker(settings, store, topic_configs, holds, routing, metrics, ha_signal)
+        broker = Broker(
+            settings, store, topic_configs, holds, routing, metrics, ha_signal, outbound=HttpOutbound()
+        )
         try:
             # Before the first request: a retry after the restart must find its first message.
             restored = await asyncio.to_thread(broker.restore_idempotency)

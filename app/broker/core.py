@@ -30,6 +30,7 @@ from app.broker.ha_metadata import MetadataVersion
 from app.broker.ha_role import HaRole
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
+from app.broker.outbound import Outbound
 from app.broker.pull import read_or_hold
 from app.broker.queue_locks import FILE_NAME as QUEUE_LOCKS_FILE
 from app.broker.queue_locks import QueueLocks
@@ -81,6 +82,8 @@ class Broker:
         routing: RoutingService | None = None,
         metrics: BrokerMetrics | None = None,
         ha_signal: AppendSignal | None = None,
+        *,
+        outbound: Outbound,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -88,6 +91,8 @@ class Broker:
         self.holds = holds
         self.routing = routing
         self.metrics = metrics or BrokerMetrics()
+        # How the core reaches other processes (a slave's master, peers, check endpoints).
+        self.outbound = outbound
         self.idempotency = IdempotencyWindow(settings.idempotency_window_s, settings.idempotency_max_entries)
         self.unique_ids = UniqueIdGenerator()
         # The next message without a queue of each topic takes this number modulo its write queues.

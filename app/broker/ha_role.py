@@ -48,6 +48,7 @@ from app.routing.registry import HaRecord
 if TYPE_CHECKING:
     from app.broker.delay import DelayedDelivery
     from app.broker.ha_metadata import MetadataVersion
+    from app.broker.outbound import Outbound
     from app.routing.service import RoutingService
     from app.settings import Settings
     from app.store import MessageStore
@@ -66,6 +67,7 @@ class Broker(Protocol):
     routing: RoutingService | None
     delays: DelayedDelivery
     metadata: MetadataVersion
+    outbound: Outbound
 
     async def apply_master_metadata(self, answer: dict[str, Any]) -> None: ...
 
@@ -168,6 +170,7 @@ class HaRole:
             settings.ha_metadata_interval_ms,
             (settings.ha_access_key, settings.ha_secret_key) if settings.ha_access_key else None,
             self.broker.offsets_ahead_of_master,
+            self.broker.outbound,
         )
 
     def _make_master(self) -> None:

@@ -1,33 +1,26 @@
-"""The slave's side of replication: it connects to its master's replication WebSocket,
-asks for the CommitLog from its own end, writes each chunk at the same offsets
-(:meth:`MessageStore.append_replica`, which dispatches the messages to its ConsumeQueues and
-index) and acknowledges after each chunk and at least every second. A lost connection is tried
+"""The slave's side of replication: it connects to its master's replication stream (a WebSocket, over
+the outbound adapter's :class:`~app.broker.outbound.MasterLink`), asks for the CommitLog from its own
+end, writes each chunk at the same offsets (:meth:`MessageStore.append_replica`, which dispatches the
+messages to its ConsumeQueues and index) and acknowledges after each chunk and at least every second. A lost connection is tried
 again with a growing backoff, from wherever its log then ends. Beside it, the slave follows the
 master's topic configurations and consumer offsets (app.broker.ha_metadata)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
-
-import httpx
-import websockets
 
 from app.broker.ha_master import unframe
+from app.broker.outbound import Account, MasterLink, MasterMetadata, ReplicationStream
 from app.store import MessageStore
 from app.store.epochs import Epoch
-from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
-REPLICATE_PATH = "/v1/ha/replicate"
-METADATA_PATH = "/v1/ha/metadata"
-OFFSETS_PATH = "/v1/ha/offsets"
 ACK_INTERVAL_S = 1.0
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
@@ -76,17 +69,25 @@ def decode_epochs(text: str) -> list[Epoch]:
     return entries
 
 
-def replicate_url(master_url: str, offset: int, broker_id: int, own_url: str, epochs: Sequence[Epoch]) -> str:
-    parts = urlsplit(master_url)
-    scheme = "wss" if parts.scheme == "https" else "ws"
-    query = urlencode(
-        {"offset": offset, "broker_id": broker_id, "url": own_url, "epochs": encode_epochs(epochs)}
-    )
-    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + REPLICATE_PATH, query, ""))
+class NoMasterLink:
+    """A slave built without an outbound adapter: it cannot reach a master (every attempt fails
+    and is tried again after the backoff)."""
 
+    def replicate(
+        self,
+        master: str,
+        offset: int,
+        broker_id: int,
+        own_url: str,
+        epochs: Sequence[Epoch],
+        account: Account | None,
+    ) -> AbstractAsyncContextManager[ReplicationStream]:
+        raise ConnectionError(f"no outbound adapter to reach {master}")
 
-def basic_header(access_key: str, secret_key: str) -> str:
-    return "Basic " + base64.b64encode(f"{access_key}:{secret_key}".encode()).decode("ascii")
+    def metadata(
+        self, master: str, wait_ms: int, account: Account | None
+    ) -> AbstractAsyncContextManager[MasterMetadata]:
+        raise ConnectionError(f"no outbound adapter to reach {master}")
 
 
 class HaSlave:
@@ -98,8 +99,9 @@ class HaSlave:
         own_url: str,
         apply_metadata: MetadataApplier | None = None,
         metadata_interval_ms: int = 10_000,
-        account: tuple[str, str] | None = None,
+        account: Account | None = None,
         offsets_ahead: OffsetsAhead | None = None,
+        link: MasterLink | None = None,
     ) -> None:
         self.store = store
         self.find_master = find_master
@@ -108,13 +110,14 @@ class HaSlave:
         self.apply_metadata = apply_metadata
         self.metadata_interval_ms = metadata_interval_ms
         self.offsets_ahead = offsets_ahead
-        # Sent to a master with an ACL: an admin account's access and secret key, as Basic auth.
-        self.headers = {"Authorization": basic_header(*account)} if account is not None else {}
+        # Sent to a master with an ACL: an admin account's access and secret key.
+        self.account = account
+        self.link: MasterLink = link if link is not None else NoMasterLink()
         self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
         self.connected = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._connection: websockets.ClientConnection | None = None
+        self._connection: ReplicationStream | None = None
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._retrying("replication", self._replicate), name="ha-slave")]
@@ -157,28 +160,20 @@ class HaSlave:
         here ahead of the master's go to it first."""
         assert self.apply_metadata is not None
         wait_ms = self.metadata_interval_ms
-        async with httpx.AsyncClient(
-            base_url=master, timeout=wait_ms / 1000 + 10, headers=self.headers, verify=client_ssl_context()
-        ) as http:
+        async with self.link.metadata(master, wait_ms, self.account) as session:
             while True:
                 ahead = await self.offsets_ahead() if self.offsets_ahead is not None else []
                 if ahead:
-                    pushed = await http.post(OFFSETS_PATH, json={"offsets": ahead})
-                    pushed.raise_for_status()
-                response = await http.get(
-                    METADATA_PATH, params={"version": self.metadata_version, "wait_ms": wait_ms}
-                )
-                response.raise_for_status()
-                answer = response.json()
+                    await session.push_offsets(ahead)
+                answer = await session.fetch(self.metadata_version, wait_ms)
                 await self.apply_metadata(answer)
                 self.metadata_version = answer["version"]
 
     async def _replicate(self, master: str) -> None:
         offset = self.store.commitlog.max_offset
         epochs = self.store.epochs.entries
-        url = replicate_url(master, offset, self.broker_id, self.own_url, epochs)
-        async with websockets.connect(
-            url, max_size=None, open_timeout=5, close_timeout=1, additional_headers=self.headers
+        async with self.link.replicate(
+            master, offset, self.broker_id, self.own_url, epochs, self.account
         ) as connection:
             if not await self._agree(connection, master, offset):
                 return
@@ -203,7 +198,7 @@ class HaSlave:
                 if not acks.cancelled():
                     acks.exception()  # retrieved: the stream's own error is the one that counts
 
-    async def _agree(self, connection: websockets.ClientConnection, master: str, offset: int) -> bool:
+    async def _agree(self, connection: ReplicationStream, master: str, offset: int) -> bool:
         """Read the master's first frame, its epochs and where this log must be cut to follow it.
         False when the log was cut: the caller connects again from the new end."""
         first = await connection.recv()
@@ -227,10 +222,10 @@ class HaSlave:
             await asyncio.to_thread(self.store.epochs.replace, entries)
         return cut is None or cut >= offset
 
-    async def _ack(self, connection: websockets.ClientConnection) -> None:
+    async def _ack(self, connection: ReplicationStream) -> None:
         await connection.send(json.dumps({"acked_offset": self.store.commitlog.max_offset}))
 
-    async def _ack_every_second(self, connection: websockets.ClientConnection) -> None:
+    async def _ack_every_second(self, connection: ReplicationStream) -> None:
         while True:
             await self._ack(connection)
             await asyncio.sleep(ACK_INTERVAL_S)

@@ -11,8 +11,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from app.broker.errors import (
     BrokerError,
     ClusterNotFoundError,
@@ -21,13 +19,11 @@ from app.broker.errors import (
     TopicExistsError,
 )
 from app.routing.topic_config import TopicConfig
-from app.tls import client_ssl_context
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
 
 MAX_BULK_TOPICS = 1000
-FORWARD_TIMEOUT_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +82,7 @@ async def create_across(
 ) -> list[Placement]:
     """Create ``wanted`` on every live master of ``cluster`` (or of ``brokers``): here directly, on the
     others by forwarding ``request`` (the create's body) with ``headers`` (the caller's credentials,
-    which the other brokers' ACL asks too)."""
+    which the other brokers' ACL asks too) over the outbound adapter (app.broker.outbound)."""
     routing = broker.routing
     if routing is None:
         raise NoRegistryError("this broker has no route registry")
@@ -95,7 +91,7 @@ async def create_across(
         where = f"cluster {cluster!r}" if cluster else f"brokers {list(brokers or [])}"
         raise ClusterNotFoundError(f"no live master in {where}")
     placements = []
-    async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, verify=client_ssl_context()) as client:
+    async with broker.outbound.peers() as peers:
         for name, address in targets:
             if name == routing.identity.broker_name:
                 try:
@@ -104,11 +100,6 @@ async def create_across(
                 except BrokerError as refused:
                     placements.append(Placement(name, address, refused=refused))
                 continue
-            try:
-                answer = await client.post(f"{address}/v1/topics", json=dict(request), headers=dict(headers))
-            except httpx.HTTPError as exc:
-                placements.append(Placement(name, address, status=503, error=str(exc)))
-                continue
-            error = None if answer.status_code < 300 else answer.json().get("message", answer.text)
-            placements.append(Placement(name, address, status=answer.status_code, error=error))
+            answer = await peers.create_topic(address, request, headers)
+            placements.append(Placement(name, address, status=answer.status, error=answer.error))
     return placements

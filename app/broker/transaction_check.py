@@ -6,10 +6,11 @@ checked, then again every ``interval_s`` (WHARF_TRANSACTION_CHECK_INTERVAL_S, 60
 ``check_max`` checks (WHARF_TRANSACTION_CHECK_MAX, 15) it is rolled back at its next turn. A check
 first makes the half message's next copy (:func:`~app.broker.transaction_message.checked_copy`:
 the count is in the log), then, when the producer group registered a check endpoint, POSTs the
-transaction there off the request path - an ``httpx.AsyncClient`` call with a short timeout, at
-most :data:`MAX_CHECKS_IN_FLIGHT` at once. The endpoint answers ``{"status": "commit"}``,
-``"rollback"`` or ``"unknown"``; a timeout, an error or anything else counts as unknown. A group
-without an endpoint sees its checked transactions in ``GET /v1/transactions/pending``.
+transaction there off the request path - a call of the outbound adapter's check-back
+(:class:`app.broker.outbound.CheckBack`, a short timeout), at most :data:`MAX_CHECKS_IN_FLIGHT` at
+once. The endpoint answers ``{"status": "commit"}``, ``"rollback"`` or ``"unknown"``; a timeout, an
+error or anything else counts as unknown. A group without an endpoint sees its checked transactions
+in ``GET /v1/transactions/pending``.
 
 The service runs on the event loop, as do commits and rollbacks: no lock between them. It also
 writes the table's checkpoint, at most every :data:`PERSIST_INTERVAL_S` and at stop, once what
@@ -25,14 +26,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import httpx
-
 from app.broker.transaction_table import OpenTransaction, TransactionTable
-from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
-CHECK_TIMEOUT_S = 3.0
 MAX_CHECKS_IN_FLIGHT = 64
 IDLE_WAIT_S = 1.0  # the longest sleep: a new transaction is looked at within this
 RETRY_WAIT_S = 1.0  # after a failed pass (a full disk)
@@ -56,33 +53,6 @@ class CheckAnswer(enum.Enum):
 
 
 Ask = Callable[[str, dict[str, Any]], Awaitable[CheckAnswer]]
-
-
-class HttpCheckBack:
-    """Asks a check endpoint over HTTP: POST the transaction as JSON, read ``{"status"}``."""
-
-    def __init__(self, timeout_s: float = CHECK_TIMEOUT_S) -> None:
-        self.timeout_s = timeout_s
-        self._client: httpx.AsyncClient | None = None
-
-    async def __call__(self, url: str, transaction: dict[str, Any]) -> CheckAnswer:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=self.timeout_s, follow_redirects=False, verify=client_ssl_context()
-            )
-        try:
-            response = await self._client.post(url, json=transaction)
-            if not response.is_success:
-                return CheckAnswer.UNKNOWN
-            return CheckAnswer.parse(response.json())
-        except (httpx.HTTPError, ValueError) as exc:
-            log.debug("check of transaction %s at %s failed: %s", transaction["transaction_id"], url, exc)
-            return CheckAnswer.UNKNOWN
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
 
 class CheckedTransactions(Protocol):

@@ -38,8 +38,9 @@ from app.broker.errors import (
 from app.broker.ha_role import HaRole
 from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
+from app.broker.outbound import Outbound
 from app.broker.producer_groups import ProducerGroups, validate_producer_group
-from app.broker.transaction_check import HttpCheckBack, TransactionCheckService
+from app.broker.transaction_check import TransactionCheckService
 from app.broker.transaction_message import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -86,6 +87,7 @@ class Broker(Protocol):
     idempotency: IdempotencyWindow
     metrics: BrokerMetrics
     ha: HaRole
+    outbound: Outbound
 
     @property
     def unique_ids(self) -> UniqueIds: ...
@@ -116,7 +118,7 @@ class Transactions:
         config_dir = broker.store.config.config_dir
         self.table = TransactionTable(broker.store, config_dir / "transactionCheckpoint.json")
         self.producers = ProducerGroups(config_dir / "transactionProducers.json")
-        self.check_back = HttpCheckBack()
+        self.check_back = broker.outbound.check_back()
         self.checker = TransactionCheckService(
             self,
             settings.transaction_timeout_s,

@@ -11,6 +11,7 @@ from pathlib import Path
 from app.broker import Broker
 from app.codec import IncomingMessage
 from app.longpoll.hold import PullHoldService
+from app.outbound import HttpOutbound
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore, StoreConfig
@@ -24,7 +25,11 @@ def test_a_retry_racing_the_first_produce_waits_for_its_answer(tmp_path: Path) -
     store.flusher = flusher
     store.open()
     broker = Broker(
-        Settings(), store, TopicConfigManager(tmp_path / "topics.json"), PullHoldService(store.max_offset)
+        Settings(),
+        store,
+        TopicConfigManager(tmp_path / "topics.json"),
+        PullHoldService(store.max_offset),
+        outbound=HttpOutbound(),
     )
     message = IncomingMessage(b"pay 10", queue_id=0, unique_id="payment-42")
 

@@ -11,6 +11,7 @@ from app.api.errors import ErrorCode, from_broker
 from app.broker import Broker
 from app.broker.errors import OffsetOutOfRangeError
 from app.longpoll.hold import PullHoldService
+from app.outbound import HttpOutbound
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
 from app.store import Message, MessageStore, StoreConfig
@@ -23,7 +24,11 @@ def test_a_commit_below_the_queues_min_offset_is_refused(tmp_path: Path) -> None
         assert queue is not None
         queue.min_logic_offset = 2  # what retention leaves after deleting the first messages' segment
         broker = Broker(
-            Settings(), store, TopicConfigManager(tmp_path / "topics.json"), PullHoldService(store.max_offset)
+            Settings(),
+            store,
+            TopicConfigManager(tmp_path / "topics.json"),
+            PullHoldService(store.max_offset),
+            outbound=HttpOutbound(),
         )
 
         with pytest.raises(OffsetOutOfRangeError) as refused:

@@ -18,6 +18,7 @@ from app.broker.schedule import ScheduleMessageService
 from app.broker.timer import TimerMessageService
 from app.codec import IncomingMessage
 from app.longpoll.hold import PullHoldService
+from app.outbound import HttpOutbound
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore
@@ -47,7 +48,7 @@ def store(tmp_path: Path) -> Iterator[MessageStore]:
 def broker(store: MessageStore, tmp_path: Path) -> Broker:
     topics = TopicConfigManager(tmp_path / "topics.json")
     topics.create_many([TopicConfig(TOPIC, 2, 2)])
-    return Broker(Settings(), store, topics, PullHoldService(store.max_offset))
+    return Broker(Settings(), store, topics, PullHoldService(store.max_offset), outbound=HttpOutbound())
 
 
 def produce(broker: Broker, unique_id: str = "order-7-timeout", **fields: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from app.broker import Broker, plain
 from app.codec import BatchFormatError, IncomingMessage, decode_records, encode_batch, parse_batch
 from app.longpoll.hold import PullHoldService
+from app.outbound import HttpOutbound
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
 from app.store import MessageStore, kernel
@@ -55,7 +56,7 @@ def make_broker(directory: Path, max_message_size: int) -> Broker:
     store = MessageStore(tiny_config(directory / "store", max_message_size=max_message_size)).open()
     topics = TopicConfigManager(directory / "topics.json")
     topics.create_many([TopicConfig(TOPIC, QUEUES, QUEUES)])
-    broker = Broker(Settings(), store, topics, PullHoldService(store.max_offset))
+    broker = Broker(Settings(), store, topics, PullHoldService(store.max_offset), outbound=HttpOutbound())
     broker.unique_ids.prefix, broker.unique_ids.counter = "0A0B0C0D0E0F10111213", 0xFFFFFFFFFFF0
     return broker
 

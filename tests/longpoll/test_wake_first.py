@@ -12,6 +12,7 @@ import pytest
 from app.broker import Broker, read_or_hold
 from app.codec import IncomingMessage
 from app.longpoll.hold import PullHoldService
+from app.outbound import HttpOutbound
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
 from app.store import GetMessageStatus, MessageStore, StoreConfig
@@ -25,7 +26,9 @@ def test_a_woken_pull_has_its_messages_before_the_produce_returns(tmp_path: Path
     holds = PullHoldService(queues.max_offset)
     store = MessageStore(config, [holds.notify_arrival], queues=queues)
     store.open()
-    broker = Broker(Settings(), store, TopicConfigManager(tmp_path / "topics.json"), holds)
+    broker = Broker(
+        Settings(), store, TopicConfigManager(tmp_path / "topics.json"), holds, outbound=HttpOutbound()
+    )
 
     async def scenario() -> tuple[bool, int]:
         await holds.start()
