@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from time import perf_counter
 from typing import Any, NamedTuple, cast
 from urllib.parse import unquote
@@ -80,7 +81,8 @@ class WharfApi(FastAPI):
 
 
 class Taken(NamedTuple):
-    """A request the lane serves: its route's template (the histogram's label) and its handler."""
+    """A request the lane serves: its route's template (the histogram's label) and its handler,
+    bound to the parts of the request route parsed."""
 
     template: str
     handler: Handler
@@ -109,15 +111,20 @@ class FastLane:
         path: str = scope["path"]
         if not path.startswith("/v1/topics/"):
             return None
+        # The request is parsed here, once: its handler gets the parts.
         method = scope["method"]
         if method == "POST":
-            if _produce_topic(path) is None or self._producible(scope) is None:
+            topic = _produce_topic(path)
+            media_type = self._producible(scope) if topic is not None else None
+            if topic is None or media_type is None:
                 return None
-            taken = Taken(PRODUCE_TEMPLATE, self._produce)
+            taken = Taken(PRODUCE_TEMPLATE, partial(self._produce, topic, media_type))
         elif method == "GET":
-            if _pull_queue(path) is None or _pull_parameters(scope["query_string"]) is None:
+            placed = _pull_queue(path)
+            parameters = _pull_parameters(scope["query_string"]) if placed is not None else None
+            if placed is None or parameters is None:
                 return None
-            taken = Taken(PULL_TEMPLATE, self._pull)
+            taken = Taken(PULL_TEMPLATE, partial(self._pull, *placed, parameters))
         else:
             return None
         if self.cors and any(name == b"origin" for name, _ in scope["headers"]):
@@ -141,10 +148,7 @@ class FastLane:
 
     # -- produce -----------------------------------------------------------------------------------
 
-    async def _produce(self, scope: Scope, receive: Receive, send: Send) -> None:
-        topic = _produce_topic(scope["path"])
-        media_type = self._producible(scope)
-        assert topic is not None and media_type is not None
+    async def _produce(self, topic: str, media_type: str, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await _body(receive)
         if raw is None:
             return  # the client went away before its body was in: nobody to answer
@@ -181,11 +185,15 @@ class FastLane:
 
     # -- pull --------------------------------------------------------------------------------------
 
-    async def _pull(self, scope: Scope, receive: Receive, send: Send) -> None:
-        placed = _pull_queue(scope["path"])
-        parameters = _pull_parameters(scope["query_string"])
-        assert placed is not None and parameters is not None
-        topic, queue_id = placed
+    async def _pull(
+        self,
+        topic: str,
+        queue_id: int,
+        parameters: dict[str, Any],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
         accept = ""
         for name, value in scope["headers"]:
             if name == b"accept":
