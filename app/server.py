@@ -201,7 +201,7 @@ def server_config(app: FastAPI, settings: Settings, **overrides: object) -> uvic
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "backlog": budget.backlog,
         "loop": "uvloop",
-        "http": protocol_class(limits),
+        "http": protocol_class(limits, getattr(app, "fast_lane", None)),
         # The sans-I/O WebSocket protocol: a frame in or out is parsed or written in the transport's
         # callback, with no reader task and no lock per frame, and the socket is not read again
         # until the endpoint took the last message (one message of memory per client, not a queue

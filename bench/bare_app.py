@@ -1,5 +1,8 @@
 """The HTTP benchmark's baseline: a FastAPI route that reads its body and answers a small JSON.
 
+Beside it, :data:`asgi`: the same answer from a raw ASGI callable (no FastAPI, no Starlette), the
+floor of anything served through uvicorn's ASGI request cycle (``uvicorn bench.bare_app:asgi``).
+
 It has the produce endpoint's path (with its path parameter) and answers an object of about the
 size of the broker's produce answer, and nothing else: no validation, no store. Served by uvicorn
 with the broker's flags (uvloop, httptools, one worker), it is what the framework alone can do on
@@ -10,9 +13,15 @@ this machine, which the broker's single-message produce is judged against::
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 app = FastAPI(title="bare")
 
@@ -36,3 +45,17 @@ ANSWER = orjson.dumps(
 async def produce(topic: str, request: Request) -> Response:
     await request.body()
     return Response(ANSWER, media_type="application/json")
+
+
+_ANSWER_HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(ANSWER))]
+
+
+async def asgi(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    """The same answer as :func:`produce` from a bare ASGI callable: the body read, nothing else."""
+    if scope["type"] != "http":
+        return  # the lifespan: nothing to start
+    message = await receive()
+    while message.get("more_body", False):
+        message = await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": _ANSWER_HEADERS})
+    await send({"type": "http.response.body", "body": ANSWER})

@@ -64,10 +64,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class BareServer:
-    """``uvicorn bench.bare_app:app`` with uvloop, httptools and one worker, like the broker."""
+# What a BareServer runs: the FastAPI route, the raw ASGI callable (both under uvicorn with the
+# broker's flags) or the protocol below ASGI (bench.bare_protocol).
+BARE_KINDS = ("fastapi", "asgi", "protocol")
 
-    def __init__(self, log_path: Path) -> None:
+
+class BareServer:
+    """``uvicorn bench.bare_app:app`` with uvloop, httptools and one worker, like the broker; with
+    ``kind="asgi"``, ``bench.bare_app:asgi`` the same way; with ``kind="protocol"``,
+    ``python -m bench.bare_protocol``."""
+
+    def __init__(self, log_path: Path, kind: str = "fastapi") -> None:
+        if kind not in BARE_KINDS:
+            raise ValueError(f"kind must be one of {BARE_KINDS}, not {kind!r}")
+        self.kind = kind
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -79,11 +89,31 @@ class BareServer:
         return self.process.pid
 
     def start(self, timeout_s: float = 30.0) -> BareServer:
-        command = [
+        if self.kind == "protocol":
+            command = [sys.executable, "-m", "bench.bare_protocol", "--port", str(self.port)]
+        else:
+            command = self.uvicorn_command()
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"bare {self.kind} server exited with {self.process.returncode}")
+            try:
+                if httpx.post(f"{self.url}/v1/topics/t/messages", content=b"x", timeout=1.0).is_success:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"bare {self.kind} server did not answer in {timeout_s} s")
+
+    def uvicorn_command(self) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "uvicorn",
-            "bench.bare_app:app",
+            "bench.bare_app:app" if self.kind == "fastapi" else "bench.bare_app:asgi",
             "--host",
             "127.0.0.1",
             "--port",
@@ -97,20 +127,6 @@ class BareServer:
             "--log-level",
             "warning",
         ]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"bare app exited with {self.process.returncode}")
-            try:
-                if httpx.post(f"{self.url}/v1/topics/t/messages", content=b"x", timeout=1.0).is_success:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"bare app did not answer in {timeout_s} s")
 
     def stop(self) -> None:
         if self.process is not None:

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
+import httptools
 import orjson
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
 
 from app.api.errors import ErrorCode
+from app.api.fast_lane import FastLane
+from app.api.lane_cycle import LaneCycle
 
 # "GET " + url + " HTTP/1.1\r\n": the request line's bytes besides the method and the URL.
 REQUEST_LINE_OVERHEAD = len(b"  HTTP/1.1\r\n")
@@ -58,9 +61,10 @@ class RequestRefused(Exception):
 
 
 class EdgeHttpProtocol(HttpToolsProtocol):
-    """Subclassed per server by :func:`protocol_class`, which sets :attr:`limits`."""
+    """Subclassed per server by :func:`protocol_class`, which sets :attr:`limits` and :attr:`lane`."""
 
     limits: ClassVar[EdgeLimits]
+    lane: ClassVar[FastLane | None] = None  # the app's fast lane, served on the connection
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -127,7 +131,62 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         if self.parser.should_upgrade() and self._should_upgrade():
             self._check_handshake_lines()
+        elif self.lane is not None:
+            cycle = self._lane_cycle(self.lane)
+            if cycle is not None:
+                self.cycle = cast(RequestResponseCycle, cycle)  # it stands in for uvicorn's
+                return
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        cycle: object = self.cycle
+        if type(cycle) is LaneCycle:
+            cycle.body += body  # bounded: the lane takes a Content-Length within the request limit
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        cycle: object = self.cycle
+        if type(cycle) is LaneCycle:
+            task = self.loop.create_task(cycle.run())
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+            return
+        super().on_message_complete()
+
+    def _lane_cycle(self, lane: FastLane) -> LaneCycle | None:
+        """A cycle serving this request through ``lane`` (:mod:`app.api.lane_cycle`), or None for
+        uvicorn's cycle and the app to serve it."""
+        existing = self.cycle
+        if existing is not None and not existing.response_complete:
+            return None  # pipelined behind an answer still pending: queued as uvicorn queues it
+        parser = self.parser
+        if parser.get_http_version() != "1.1" or self.root_path or self.limit_concurrency is not None:
+            return None
+        method = parser.get_method()
+        if method != b"POST" and method != b"GET":
+            return None
+        try:
+            parsed = httptools.parse_url(self.url)
+            raw_path: bytes = parsed.path
+            if b"%" in raw_path or not raw_path.startswith(b"/v1/topics/"):
+                return None
+            path = raw_path.decode("ascii")
+        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+            return None
+        for name, _ in self.headers:
+            if name.startswith(b"x-forwarded-") or name == b"forwarded":
+                return None  # the proxy-headers middleware may rewrite the client: the app's way
+        scope = cast(dict[str, Any], self.scope)
+        scope["method"] = method.decode("ascii")
+        scope["path"] = path
+        scope["raw_path"] = raw_path
+        scope["query_string"] = parsed.query or b""
+        taken = lane.route(scope)
+        if taken is None:
+            return None
+        scope["app"] = lane.app  # as the app's entry sets it: the ACL's classifiers read the broker there
+        return LaneCycle(self, lane, taken, scope, parser.should_keep_alive(), self.access_log)
 
     def _check_handshake_lines(self) -> None:
         line = len(self.parser.get_method()) + len(self.url) + REQUEST_LINE_OVERHEAD
@@ -203,6 +262,7 @@ class EdgeHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def protocol_class(limits: EdgeLimits) -> type[EdgeHttpProtocol]:
-    """The protocol uvicorn instantiates per connection (its ``http`` option), bound to ``limits``."""
-    return type("EdgeHttpProtocol", (EdgeHttpProtocol,), {"limits": limits})
+def protocol_class(limits: EdgeLimits, lane: FastLane | None = None) -> type[EdgeHttpProtocol]:
+    """The protocol uvicorn instantiates per connection (its ``http`` option), bound to ``limits``
+    and serving ``lane``'s requests below uvicorn's request cycle."""
+    return type("EdgeHttpProtocol", (EdgeHttpProtocol,), {"limits": limits, "lane": lane})

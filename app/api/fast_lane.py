@@ -22,6 +22,11 @@ included) in the HTTP histogram under its route template, as the middlewares wou
 another route, a parameter or header it does not take, a body of another type or length, an
 ``Origin`` header while CORS is configured - goes to the app unchanged, which answers it (and every
 refusal) as before. The lane is off with ``WHARF_FAST_LANE=false``.
+
+Most of its requests do not even reach the app: the broker's HTTP protocol asks :meth:`FastLane.route`
+once a request's headers are in and serves what it takes on the connection itself
+(:mod:`app.api.lane_cycle`), below uvicorn's ASGI request cycle; the rest comes through the app's
+entry (:class:`WharfApi`) as before.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ _PULL_PARAMETERS = {
     name.encode(): name for name in ("offset", "max_messages", "max_wait_ms", "tags", "group")
 }
 _JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+NO_QUERY = QueryParams(b"")
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
@@ -95,6 +101,7 @@ class FastLane:
     def __init__(
         self, app: WharfApi, durations: HttpDurations, max_request_bytes: int, cors: bool = False
     ) -> None:
+        self.app = app
         self.state = app.state
         self.exception_handlers = app.exception_handlers
         self.durations = durations
@@ -153,7 +160,8 @@ class FastLane:
         if raw is None:
             return  # the client went away before its body was in: nobody to answer
         try:
-            query = QueryParams(scope["query_string"])  # as Starlette's Request has them
+            query_string = scope["query_string"]
+            query = QueryParams(query_string) if query_string else NO_QUERY  # as Starlette's Request has them
             answer = await produce_answer(self._broker(), topic, media_type, raw, query, scope)
         except Exception as exc:  # noqa: BLE001 - answered by the app's handler for it
             await self._error(scope, receive, send, exc)

@@ -159,6 +159,8 @@ def _query_int(query: QueryParams, name: str) -> int | None:
 
 def _raw_body_message(raw: bytes, query: QueryParams) -> IncomingMessage:
     """A raw body is one message; its fields come from the query string."""
+    if not query:
+        return IncomingMessage(body=raw)
     keys = _query_text(query, "keys", 4096)
     return IncomingMessage(
         body=raw,

@@ -52,6 +52,7 @@ class HttpDurations(Collector):
     def __init__(self) -> None:
         self.series: dict[SeriesKey, DurationHistogram] = {}
         self.fast_lane_requests = 0  # of those, answered by app.api.fast_lane
+        self.lane_cycle_requests = 0  # of those, on the connection (app.api.lane_cycle)
 
     def observe(self, key: SeriesKey, seconds: float) -> None:
         histogram = self.series.get(key)
@@ -72,6 +73,11 @@ class HttpDurations(Collector):
             "wharf_http_fast_lane_requests",
             "HTTP requests answered by the fast lane (produce and pull of the common shapes)",
             value=self.fast_lane_requests,
+        )
+        yield CounterMetricFamily(
+            "wharf_http_fast_lane_connection_requests",
+            "Of the fast lane's requests, those served on the connection, below uvicorn's request cycle",
+            value=self.lane_cycle_requests,
         )
 
 

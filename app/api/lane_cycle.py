@@ -1,0 +1,217 @@
+"""The fast lane's requests served on the connection itself, below uvicorn's ASGI request cycle.
+
+Through uvicorn, every request builds a request-response cycle (an event, a task, the ASGI
+messages as dicts, the answer's headers checked and written apart from its body) and passes the
+proxy-headers middleware and the app's entry before :class:`~app.api.fast_lane.FastLane` takes it.
+For a single-message produce that costs more than the produce itself (BENCHMARKS.md, "The lane
+on the connection"). :class:`EdgeHttpProtocol` therefore asks the lane, once a request's headers
+are in, whether it takes the request; when it does, a :class:`LaneCycle` stands in for uvicorn's
+cycle: it keeps the body as it arrives, runs :meth:`FastLane.serve` once the request is complete
+(the same code, ACL and histogram as through the app), and writes the answer - status line,
+uvicorn's default headers, the answer's own and its body - in one write.
+
+It is uvicorn's cycle for the protocol's purposes: it has the attributes the protocol reads and
+sets (``response_complete``, ``keep_alive``, ``disconnected``, ``message_event``), so keep-alive,
+pipelined requests (queued behind it as behind any cycle), a lost connection and a graceful
+shutdown are handled by uvicorn's own code. What the lane does not take - another route, a
+pipelined request while an answer is pending, a request through a trusted proxy's
+``X-Forwarded-*`` headers, HTTP/1.0 - goes to uvicorn's cycle and the app unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+if TYPE_CHECKING:
+    from starlette.types import Message
+    from uvicorn._types import HTTPScope
+
+    from app.api.fast_lane import FastLane, Taken
+
+log = logging.getLogger("uvicorn.error")
+access_log = logging.getLogger("uvicorn.access")
+
+INTERNAL_ERROR = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
+)
+
+
+class LaneCycle:
+    """One request the lane takes, from its complete headers to its answer (see the module)."""
+
+    __slots__ = (
+        "access_log",
+        "body",
+        "default_headers",
+        "disconnected",
+        "keep_alive",
+        "lane",
+        "message_event",
+        "on_response",
+        "protocol",
+        "response_complete",
+        "response_started",
+        "scope",
+        "taken",
+        "transport",
+        "_closes",
+        "_disconnect",
+        "_head",
+        "_received",
+        "_remaining",
+    )
+
+    def __init__(
+        self,
+        protocol: Any,
+        lane: FastLane,
+        taken: Taken,
+        scope: dict[str, Any],
+        keep_alive: bool,
+        access_log_on: bool,
+    ) -> None:
+        self.protocol = protocol
+        self.transport: asyncio.Transport = protocol.transport
+        self.lane = lane
+        self.taken = taken
+        self.scope = scope
+        self.keep_alive = keep_alive
+        self.access_log = access_log_on
+        self.default_headers: list[tuple[bytes, bytes]] = protocol.server_state.default_headers
+        self.on_response = protocol.on_response_complete
+        self.body = bytearray()
+        self.disconnected = False
+        self.response_started = False
+        self.response_complete = False
+        self.message_event = self  # what the protocol sets when the connection is lost
+        self._disconnect: asyncio.Future[None] | None = None
+        self._received = False
+        self._head: bytes | None = None
+        self._remaining = -1  # the answer's bytes still to come; -1: no Content-Length
+        self._closes = False
+
+    # -- what the protocol calls -------------------------------------------------------------------
+
+    def set(self) -> None:
+        """The protocol's ``message_event.set()``: on a lost connection, or the answer complete."""
+        if self.disconnected and self._disconnect is not None and not self._disconnect.done():
+            self._disconnect.set_result(None)
+
+    async def run(self) -> None:
+        """Serve the request (its body complete) through the lane; as uvicorn's cycle does, a
+        failure before the answer started is answered 500, one after it closes the connection."""
+        lane = self.lane
+        lane.durations.lane_cycle_requests += 1
+        try:
+            await lane.serve(self.taken, self.scope, self.receive, self.send)
+        except BaseException as exc:  # noqa: BLE001 - as uvicorn's run_asgi: logged, then answered
+            log.error("Exception in ASGI application\n", exc_info=exc)
+            if not self.response_started and not self.disconnected:
+                self.response_started = self.response_complete = True
+                self.transport.write(INTERNAL_ERROR)
+                self.transport.close()
+            else:
+                self.transport.close()
+            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                raise
+        else:
+            if not self.response_complete and not self.disconnected:
+                log.error("ASGI callable returned without completing response.")
+                self.transport.close()
+        finally:
+            self.on_response = _nothing
+
+    # -- ASGI ----------------------------------------------------------------------------------------
+
+    async def receive(self) -> Message:
+        """The whole body once; then, when asked again, a disconnect when the client goes away
+        (what a held pull waits for)."""
+        if not self._received and not self.disconnected:
+            self._received = True
+            body, self.body = bytes(self.body), bytearray()
+            return {"type": "http.request", "body": body, "more_body": False}
+        if not self.disconnected and not self.response_complete:
+            if self._disconnect is None:
+                self._disconnect = asyncio.get_running_loop().create_future()
+            await self._disconnect
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        protocol = self.protocol
+        if protocol.flow.write_paused and not self.disconnected:
+            await protocol.flow.drain()
+        if self.disconnected:
+            return
+        kind = message["type"]
+        if not self.response_started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"Expected ASGI message 'http.response.start', but got {kind!r}.")
+            self.response_started = True
+            self._head = self._status_and_headers(message["status"], message.get("headers", ()))
+            return
+        if self.response_complete or kind != "http.response.body":
+            raise RuntimeError(f"Unexpected ASGI message {kind!r} for this answer.")
+        body: bytes = message.get("body", b"")
+        more_body: bool = message.get("more_body", False)
+        if self._remaining >= 0:
+            self._remaining -= len(body)
+            if self._remaining < 0:
+                raise RuntimeError("Response content longer than Content-Length")
+        head, self._head = self._head, None
+        if head is None:
+            self.transport.write(body)
+        elif body:
+            self.transport.writelines((head, body))
+        else:
+            self.transport.write(head)
+        if more_body:
+            return
+        if self._remaining > 0:
+            raise RuntimeError("Response content shorter than Content-Length")
+        self.response_complete = True
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+
+    def _status_and_headers(self, status: int, headers: Any) -> bytes:
+        """The answer's head, as uvicorn writes it: status line, default headers, its own (values
+        checked for control characters), ``connection: close`` when the connection ends after it."""
+        if self.access_log:
+            scope = cast("HTTPScope", self.scope)
+            access_log.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(scope),
+                scope["method"],
+                get_path_with_query_string(scope),
+                scope["http_version"],
+                status,
+            )
+        content = [STATUS_LINE[status]]
+        for name, value in self.default_headers:
+            content.extend((name, b": ", value, b"\r\n"))
+        for name, value in headers:
+            if HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            name = name.lower()
+            if name == b"content-length":
+                self._remaining = int(value)
+            elif name == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+                self._closes = True
+            content.extend((name, b": ", value, b"\r\n"))
+        if self._remaining < 0:
+            self.keep_alive = False  # no length: the answer ends with the connection
+        if not self.keep_alive and not self._closes:
+            content.append(b"connection: close\r\n")
+        content.append(b"\r\n")
+        return b"".join(content)
+
+
+def _nothing() -> None:
+    return None
