@@ -11,8 +11,19 @@ const target = join(root, "..", "..", "app", "console", "static", "vendor", "wha
 const { name, version } = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
 const header = `// ${name} ${version}: clients/js/dist/%s, copied by clients/js/scripts/vendor.mjs (npm run build). Do not edit.\n`;
 
+// The modules index.js imports, and theirs: a module of types alone (types.js) is imported by
+// none once tsc has dropped the type imports, so the browser would never load it.
+const modules = [];
+for (const queue = ["index.js"]; queue.length; ) {
+  const file = queue.shift();
+  if (modules.includes(file)) continue;
+  modules.push(file);
+  const code = readFileSync(join(dist, file), "utf8");
+  for (const [, name] of code.matchAll(/^(?:import|export)\b[^;]*?["']\.\/([\w.-]+\.js)["']/gms)) queue.push(name);
+}
+modules.sort();
+
 mkdirSync(target, { recursive: true });
-const modules = readdirSync(dist).filter((file) => file.endsWith(".js")).sort();
 for (const file of readdirSync(target)) {
   if (!modules.includes(file)) rmSync(join(target, file)); // a module the client no longer has
 }
