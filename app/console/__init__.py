@@ -1,7 +1,8 @@
 """The web console: static pages under ``/console`` and the one JSON view they add to the API.
 
-The pages are plain HTML, CSS and JavaScript served as files (no build step). Everything else the
-console shows comes from the public API (``/v1/...``) and the WebSocket subscription.
+The pages are plain HTML, CSS and JavaScript served as files. Everything else the console shows comes
+from the public API (``/v1/...``) and the WebSocket subscription, called through ``@wharf/client``:
+its built module, which ``npm run build`` in clients/js copies into ``static/vendor/wharf-client/``.
 """
 
 from __future__ import annotations

@@ -163,6 +163,10 @@ def check_first_contact(broker: InstalledBroker, line: str) -> None:
         console = client.get("/console/")
         assert console.status_code == 200 and "<title>Wharf" in console.text
         assert client.get("/console/console.js").status_code == 200
+        # The console's copy of @wharf/client (clients/js), which it imports: in the wheel, as JavaScript.
+        client_module = client.get("/console/vendor/wharf-client/index.js")
+        assert client_module.status_code == 200 and "export function createClient" in client_module.text
+        assert client_module.headers["content-type"].startswith(("text/javascript", "application/javascript"))
         for page, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
             html = client.get(page)
             assert html.status_code == 200 and f"/docs/assets/{asset}" in html.text

@@ -1,7 +1,14 @@
-// Calls to the broker: credentials for this tab only, and the outcomes a page must tell apart
-// (the broker unreachable, sign-in needed, an action not allowed).
+// Calls to the broker through @wharf/client (clients/js, its built module copied into
+// vendor/wharf-client/ by its `npm run build`): the credentials of this tab, and the outcomes a page
+// must tell apart (the broker unreachable, sign-in needed, an action not allowed).
+import { WharfClient, WharfError, subscribe } from "./vendor/wharf-client/index.js";
 
 const CREDENTIALS_KEY = "wharf.credentials";
+
+// credentials "omit": a 401 with WWW-Authenticate: Basic on a request that may carry credentials is
+// what makes a browser open its own sign-in popup; the console signs in with its own form instead.
+// cache "no-store": every refresh asks the broker.
+const REQUEST_INIT = Object.freeze({ credentials: "omit", cache: "no-store" });
 
 /** A failed call. `unreachable`: no answer or a 5xx; `status`: the HTTP status, if any. */
 export class ApiError extends Error {
@@ -40,61 +47,69 @@ export function clearCredentials() {
   sessionStorage.removeItem(CREDENTIALS_KEY);
 }
 
-function base64(text) {
-  let binary = "";
-  for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
-  return btoa(binary);
+// -- the client --------------------------------------------------------------------------------
+
+let current = { key: null, client: null };
+
+/** The client of this page's broker with `stored` credentials (sent as Basic auth, and as `token`
+ * on WebSocket URLs: browsers cannot set headers on a WebSocket handshake). */
+function clientFor(stored) {
+  const key = stored ? JSON.stringify([stored.accessKey, stored.secretKey]) : "";
+  if (current.key !== key) {
+    const options = { url: location.origin, requestInit: REQUEST_INIT };
+    if (stored) options.credentials = { accessKey: stored.accessKey, secretKey: stored.secretKey };
+    current = { key, client: new WharfClient(options) };
+  }
+  return current.client;
 }
 
-/** `?token=` for WebSocket URLs: browsers cannot set headers on a WebSocket handshake. */
-export function socketToken() {
-  const stored = credentials();
-  if (!stored) return null;
-  return base64(`${stored.accessKey}:${stored.secretKey}`).replaceAll("+", "-").replaceAll("/", "_");
+/** What the broker said, for a message: `40402: topic 'x' not found`, or `HTTP 502`. */
+function detailOf(error) {
+  return error.errorCode ? `${error.errorCode}: ${error.message}` : error.message;
 }
 
-// -- fetch ---------------------------------------------------------------------------------------
-
-/**
- * One JSON call. `action` names what the user asked for ("delete topic 'orders'") in a 403's message.
- * Throws ApiError.
- */
-export async function api(path, { action = "this", method = "GET", json, headers = {} } = {}) {
-  const stored = credentials();
-  const sent = new Headers(headers);
-  if (stored) sent.set("Authorization", `Basic ${base64(`${stored.accessKey}:${stored.secretKey}`)}`);
-  const init = { method, headers: sent, cache: "no-store", credentials: "omit" };
-  // credentials "omit": a 401 with WWW-Authenticate: Basic on a request that may carry credentials is
-  // what makes a browser open its own sign-in popup; the console signs in with its own form instead.
-  if (json !== undefined) {
-    sent.set("Content-Type", "application/json");
-    init.body = JSON.stringify(json);
-  }
-  let response;
-  try {
-    response = await fetch(path, init);
-  } catch (error) {
-    throw new ApiError(`no answer (${error.message})`, { unreachable: true });
-  }
-  const text = await response.text();
-  let body = null;
-  try {
-    body = text ? JSON.parse(text) : null;
-  } catch {
-    body = null; // a proxy's HTML error page, say
-  }
-  if (response.ok) return body;
-  const detail = body && body.message ? `${body.error_code}: ${body.message}` : `HTTP ${response.status}`;
-  if (response.status === 401) {
+/** The ApiError for a WharfError; a 401 forgets the credentials sent, and a 401 or 403 is told to
+ * the listeners. */
+function refusal(error, action, stored) {
+  if (error.status === 401) {
     if (stored) clearCredentials();
     for (const listener of listeners.signInNeeded) listener(Boolean(stored));
-    throw new ApiError(`sign-in needed (${detail})`, { status: 401, body });
+    return new ApiError(`sign-in needed (${detailOf(error)})`, { status: 401, body: error.body });
   }
-  if (response.status === 403) {
+  if (error.status === 403) {
     const who = stored ? ` as ${stored.accessKey}` : "";
-    const message = `Not allowed${who}: ${action} (${detail})`;
+    const message = `Not allowed${who}: ${action} (${detailOf(error)})`;
     for (const listener of listeners.forbidden) listener(message);
-    throw new ApiError(message, { status: 403, body });
+    return new ApiError(message, { status: 403, body: error.body });
   }
-  throw new ApiError(detail, { status: response.status, unreachable: response.status >= 500, body });
+  if (error.status === 0) return new ApiError(error.message, { unreachable: true });
+  return new ApiError(detailOf(error), { status: error.status, unreachable: error.status >= 500, body: error.body });
+}
+
+/**
+ * One call to the broker: `call(client)`, a WharfClient with this tab's credentials. `action` names
+ * what the user asked for ("delete topic orders") in a 403's message. Throws ApiError.
+ */
+export async function api(action, call) {
+  const stored = credentials();
+  try {
+    return await call(clientFor(stored));
+  } catch (error) {
+    throw error instanceof WharfError ? refusal(error, action, stored) : error;
+  }
+}
+
+/**
+ * A subscription (the client's subscribe(), options as it takes them) with this tab's credentials.
+ * `onEnd(error)` is called with the WharfError that ended it, before a 401 or 403 among them is told
+ * to the listeners; a subscription closed by `close()` calls nothing.
+ */
+export function tail(topic, { onEnd, ...options }) {
+  const stored = credentials();
+  const subscription = subscribe({ ...options, client: clientFor(stored), topic });
+  subscription.done.catch((error) => {
+    onEnd(error);
+    if (error instanceof WharfError) refusal(error, `tail ${topic}`, stored);
+  });
+  return subscription;
 }

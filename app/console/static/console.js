@@ -1,5 +1,6 @@
-// Wharf console: plain JavaScript over the broker's HTTP API and WebSocket subscription.
-import { ApiError, api, clearCredentials, credentials, on, saveCredentials, socketToken } from "./api.js";
+// Wharf console: plain JavaScript over the broker's HTTP API and WebSocket subscription, called
+// through @wharf/client (see api.js).
+import { ApiError, api, clearCredentials, credentials, on, saveCredentials, tail } from "./api.js";
 import { drawRates } from "./chart.js";
 import { cell, el, formatTime, messageHead, messageRow, messageTable } from "./messages.js";
 
@@ -13,7 +14,6 @@ const BROWSE_PARALLEL = 8;
 const PAGE = 100;
 
 const $ = (selector) => document.querySelector(selector);
-const path = (name) => encodeURIComponent(name);
 
 function formatNumber(value) {
   return Number(value).toLocaleString("en-US");
@@ -261,7 +261,7 @@ function renderOverview(data) {
 async function renderClusters() {
   const note = $("#clusters-note");
   try {
-    const data = await api("/v1/clusters", { action: "view the cluster" });
+    const data = await api("view the cluster", (client) => client.request("get", "/v1/clusters"));
     const rows = [];
     for (const cluster of data.clusters) {
       for (const broker of cluster.brokers) {
@@ -288,12 +288,12 @@ async function refresh() {
   const badge = $("#connection");
   const seq = ++refreshes;
   try {
-    const params = new URLSearchParams();
-    const topicsCursor = paging.topics.cursors.at(-1);
-    const groupsCursor = paging.groups.cursors.at(-1);
-    if (topicsCursor) params.set("topics_cursor", topicsCursor);
-    if (groupsCursor) params.set("groups_cursor", groupsCursor);
-    const data = await api(`/console/api/overview?${params}`, { action: "view the broker overview" });
+    // The console's own view (not in openapi.yaml): the client's request() calls any path.
+    const query = {
+      topics_cursor: paging.topics.cursors.at(-1) ?? undefined,
+      groups_cursor: paging.groups.cursors.at(-1) ?? undefined,
+    };
+    const data = await api("view the broker overview", (client) => client.request("get", "/console/api/overview", { query }));
     if (seq !== refreshes) return; // a newer refresh (a page turned meanwhile) answers instead
     reachable(true);
     renderOverview(data);
@@ -317,7 +317,7 @@ async function createTopic(event) {
   const name = $("#create-topic-name").value.trim();
   const queues = Number($("#create-topic-queues").value || 4);
   try {
-    await api("/v1/topics", { method: "POST", json: { name, queues }, action: `create topic ${name}` });
+    await api(`create topic ${name}`, (client) => client.createTopic(name, { queues }));
     show(out, `created ${name} with ${queues} queues`);
     $("#create-topic-name").value = "";
     refresh();
@@ -330,7 +330,7 @@ async function deleteTopic(name) {
   const out = $("#create-topic-result");
   confirmingDelete = null;
   try {
-    await api(`/v1/topics/${path(name)}`, { method: "DELETE", action: `delete topic ${name}` });
+    await api(`delete topic ${name}`, (client) => client.deleteTopic(name));
     show(out, `deleted ${name}`);
   } catch (error) {
     show(out, error.message, true);
@@ -354,7 +354,8 @@ async function browse(event) {
   const topic = $("#browse-topic").value.trim();
   const only = $("#browse-queue").value;
   try {
-    const { queues } = await api(`/v1/topics/${path(topic)}/queues`, { action: `read topic ${topic}` });
+    const action = `read topic ${topic}`;
+    const { queues } = await api(action, (client) => client.listQueues(topic));
     const chosen = queues.filter((queue) =>
       (only === "" || queue.queue_id === Number(only)) && queue.max_offset > queue.min_offset);
     const answers = [];
@@ -362,8 +363,7 @@ async function browse(event) {
     for (let start = 0; start < chosen.length; start += BROWSE_PARALLEL) {
       answers.push(...await Promise.all(chosen.slice(start, start + BROWSE_PARALLEL).map((queue) => {
         const offset = Math.max(queue.min_offset, queue.max_offset - BROWSE_PER_QUEUE);
-        return api(`/v1/topics/${path(topic)}/queues/${queue.queue_id}/messages?offset=${offset}&max_messages=${BROWSE_PER_QUEUE}`,
-          { action: `read topic ${topic}` });
+        return api(action, (client) => client.pull(topic, queue.queue_id, { offset, maxMessages: BROWSE_PER_QUEUE }));
       })));
     }
     const messages = answers.flatMap((answer) => answer.messages)
@@ -393,24 +393,24 @@ async function resetOffsets(event) {
   const to = $("#reset-to").value;
   const action = `reset the offsets of ${group} on ${topic}`;
   try {
-    const { queues } = await api(`/v1/topics/${path(topic)}/queues`, { action });
+    const { queues } = await api(action, (client) => client.listQueues(topic));
     let offsets;
     if (to === "time") {
       const timestamp = new Date($("#reset-time").value).getTime(); // the input's value is local time
       if (Number.isNaN(timestamp)) throw new ApiError("choose a time to reset to");
       offsets = await Promise.all(queues.map(async (queue) => {
-        const found = await api(`/v1/topics/${path(topic)}/queues/${queue.queue_id}/offset?timestamp=${timestamp}`, { action });
+        const found = await api(action, (client) => client.request("get", "/v1/topics/{topic}/queues/{queue_id}/offset", {
+          path: { topic, queue_id: queue.queue_id },
+          query: { timestamp },
+        }));
         // Retention may have removed the first message after the time meanwhile: start at what is left.
         return Math.min(queue.max_offset, Math.max(queue.min_offset, found.offset));
       }));
     } else {
       offsets = queues.map((queue) => (to === "first" ? queue.min_offset : queue.max_offset));
     }
-    const answer = await api(`/v1/groups/${path(group)}/offsets`, {
-      method: "PUT",
-      action,
-      json: { offsets: queues.map((queue, index) => ({ topic, queue_id: queue.queue_id, offset: offsets[index] })) },
-    });
+    const commits = queues.map((queue, index) => ({ topic, queue_id: queue.queue_id, offset: offsets[index] }));
+    const answer = await api(action, (client) => client.commitOffsets(group, commits));
     const where = answer.offsets.map((entry) => `#${entry.queue_id}: ${entry.committed_offset}`).join(", ");
     show(out, `${group} on ${topic} now reads from ${where}`);
     refresh();
@@ -434,19 +434,20 @@ async function lookup(event) {
   event.preventDefault();
   const out = $("#lookup-result");
   const mode = $("#lookup-mode").value;
-  const topic = path($("#lookup-topic").value.trim());
+  const topic = $("#lookup-topic").value.trim();
   const action = "look messages up";
   try {
     let messages;
     if (mode === "id") {
-      messages = [await api(`/v1/messages/${path($("#lookup-id").value.trim())}`, { action })];
+      const id = $("#lookup-id").value.trim();
+      messages = [await api(action, (client) => client.getMessage(id))];
     } else if (mode === "key") {
-      const key = encodeURIComponent($("#lookup-key").value.trim());
-      messages = (await api(`/v1/topics/${topic}/messages?key=${key}&max=20`, { action })).messages;
+      const key = $("#lookup-key").value.trim();
+      messages = (await api(action, (client) => client.lookupByKey(topic, key, { max: 20 }))).messages;
     } else {
       const queue = Number($("#lookup-queue").value || 0);
       const offset = Number($("#lookup-offset").value || 0);
-      const answer = await api(`/v1/topics/${topic}/queues/${queue}/messages?offset=${offset}&max_messages=1`, { action });
+      const answer = await api(action, (client) => client.pull(topic, queue, { offset, maxMessages: 1 }));
       messages = answer.messages.filter((message) => message.queue_offset === offset);
     }
     out.replaceChildren(messageTable(messages));
@@ -457,62 +458,64 @@ async function lookup(event) {
 
 // -- live tail ---------------------------------------------------------------------------------
 
-let tailSocket = null;
+let tailing = null; // the subscription shown
 
 function tailState(text, bad = false) {
   show($("#tail-state"), text, bad);
+}
+
+function tailButtons(running) {
+  $("#tail-start").disabled = running;
+  $("#tail-stop").disabled = !running;
+}
+
+/** Why a subscription ended: its close code and the broker's reason, or the call that failed. */
+function tailEnd(error) {
+  if (error.closeCode === undefined) return error.message;
+  const code = error.errorCode ? `${error.errorCode} ` : "";
+  return `closed (${error.closeCode}): ${code}${error.message}`;
 }
 
 function startTail(event) {
   event.preventDefault();
   stopTail();
   const topic = $("#tail-topic").value.trim();
-  const params = new URLSearchParams({ topic, from: "last", credit: String(TAIL_CREDIT) });
   const tags = $("#tail-tags").value.trim();
-  if (tags) params.set("tags", tags);
-  const token = socketToken();
-  if (token) params.set("token", token);
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const socket = new WebSocket(`${scheme}//${location.host}/v1/ws/subscribe?${params}`);
-  tailSocket = socket;
-  $("#tail-rows").replaceChildren();
+  const rows = $("#tail-rows");
+  rows.replaceChildren();
   tailState("connecting");
-  $("#tail-start").disabled = true;
-  $("#tail-stop").disabled = false;
-  socket.onmessage = (message) => {
-    const frame = JSON.parse(message.data);
-    if (frame.type === "assignment") {
-      tailState(`tailing ${frame.topic} (${frame.queues.length} queues)`);
-    } else if (frame.type === "messages") {
-      const rows = $("#tail-rows");
-      for (const item of frame.messages) rows.prepend(messageRow(item));
+  tailButtons(true);
+  // From the end, without a group: nothing is acknowledged, and the client grants the credit back
+  // as the rows are shown, so the broker never has more than TAIL_CREDIT in flight. A connection
+  // lost is opened again and resumed after the last message shown.
+  const subscription = tail(topic, {
+    tags: tags || undefined,
+    from: "last",
+    credit: TAIL_CREDIT,
+    onAssignment: (queues) => tailState(`tailing ${topic} (${queues.length} queues)`),
+    onReconnect: ({ code }) => tailState(`reconnecting (closed with ${code})`, true),
+    onMessage: (message) => {
+      rows.prepend(messageRow(message));
       while (rows.children.length > TAIL_ROWS) rows.lastElementChild.remove();
-      // Grant back what was delivered: the broker never has more than TAIL_CREDIT in flight.
-      socket.send(JSON.stringify({ type: "permit", n: frame.messages.length }));
-    }
-  };
-  socket.onclose = (close) => {
-    if (tailSocket === socket) {
-      tailSocket = null;
-      const reason = close.reason ? `: ${close.reason}` : "";
-      tailState(`closed (${close.code})${reason}`, close.code !== 1000 && close.code !== 1005);
-      $("#tail-start").disabled = false;
-      $("#tail-stop").disabled = true;
-      if (close.code === 4401) openSignIn(Boolean(token));
-      if (close.code === 4403) showNotice(`Not allowed: tail ${topic}${reason}`);
-    }
-  };
+    },
+    onEnd: (error) => {
+      if (tailing !== subscription) return;
+      tailing = null;
+      tailState(tailEnd(error), true);
+      tailButtons(false);
+    },
+  });
+  tailing = subscription;
 }
 
 function stopTail() {
-  if (tailSocket) {
-    const socket = tailSocket;
-    tailSocket = null;
-    socket.close(1000);
+  if (tailing) {
+    const subscription = tailing;
+    tailing = null;
+    subscription.close();
     tailState("stopped");
   }
-  $("#tail-start").disabled = false;
-  $("#tail-stop").disabled = true;
+  tailButtons(false);
 }
 
 // -- produce -----------------------------------------------------------------------------------
@@ -540,13 +543,9 @@ async function produce(event) {
     if (tags) message.tags = tags;
     if (keys) message.keys = keys.split(/\s+/);
     if (Object.keys(properties).length) message.properties = properties;
-    const answer = await api(`/v1/topics/${path(topic)}/messages`, {
-      method: "POST",
-      json: message,
-      action: `produce to ${topic}`,
-    });
+    const result = await api(`produce to ${topic}`, (client) => client.produceOne(topic, message));
     out.className = "";
-    out.textContent = JSON.stringify(answer.results[0], null, 2);
+    out.textContent = JSON.stringify(result, null, 2);
     refresh();
   } catch (error) {
     out.className = "error";

@@ -86,6 +86,10 @@ export interface ClientOptions {
   headers?: Record<string, string>;
   /** fetch to use (default: the global one). */
   fetch?: typeof fetch;
+  /** Options given to every fetch besides its method, headers, body and signal, which the client
+   * sets: a page that signs in with its own form passes `{ credentials: "omit", cache: "no-store" }`,
+   * so a 401 never makes the browser ask for credentials itself and no answer comes from its cache. */
+  requestInit?: Omit<RequestInit, "method" | "headers" | "body" | "signal">;
 }
 
 export interface PullOptions {
@@ -128,6 +132,7 @@ export class WharfClient {
   readonly credentials: Credentials | undefined;
   private readonly headers: Record<string, string>;
   private readonly fetchImpl: typeof fetch;
+  private readonly requestInit: Omit<RequestInit, "method" | "headers" | "body" | "signal">;
 
   constructor(options: ClientOptions | string) {
     const resolved = typeof options === "string" ? { url: options } : options;
@@ -138,6 +143,7 @@ export class WharfClient {
     const fetchImpl = resolved.fetch ?? globalThis.fetch;
     if (typeof fetchImpl !== "function") throw new TypeError("no fetch: pass options.fetch");
     this.fetchImpl = fetchImpl.bind(globalThis);
+    this.requestInit = { ...resolved.requestInit };
   }
 
   /** The WebSocket URL of a path, with the credentials as `token` (browsers cannot set headers). */
@@ -182,7 +188,7 @@ export class WharfClient {
     const query = search.toString();
     if (query) target += `?${query}`;
     const headers: Record<string, string> = { accept: "application/json", ...this.headers, ...opts.headers };
-    const init: RequestInit = { method: method.toUpperCase(), headers };
+    const init: RequestInit = { ...this.requestInit, method: method.toUpperCase(), headers };
     if (opts.signal) init.signal = opts.signal;
     if (opts.body !== undefined) {
       headers["content-type"] = "application/json";

@@ -268,6 +268,7 @@ export class Subscription implements AsyncIterable<ReceivedMessage> {
       if (options.credentials) clientOptions.credentials = options.credentials;
       if (options.headers) clientOptions.headers = options.headers;
       if (options.fetch) clientOptions.fetch = options.fetch;
+      if (options.requestInit) clientOptions.requestInit = options.requestInit;
       this.client = new WharfClient(clientOptions);
     } else throw new TypeError("subscribe needs a url or a client");
     this.WebSocketImpl = resolveWebSocket(options.WebSocket);

@@ -207,6 +207,22 @@ describe("the typed request()", () => {
     await assert.rejects(fake.listTopics(), { status: 502, errorCode: 0, message: "HTTP 502" });
   });
 
+  test("requestInit goes to every fetch; the client's method, headers and body win", async () => {
+    // The broker's front door (GET /) redirects to the console: followed by default, not with "manual".
+    const following = new WharfClient(broker.url);
+    assert.equal(await following.request("get", "/"), undefined); // the console's HTML: no JSON
+    const manual = new WharfClient({ url: broker.url, requestInit: { redirect: "manual" } });
+    await assert.rejects(manual.request("get", "/"), { name: "WharfError", status: 307 });
+
+    const topic = unique("request-init");
+    const overriding = new WharfClient({
+      url: broker.url,
+      requestInit: { redirect: "manual", method: "DELETE", headers: { "content-type": "text/plain" }, body: "x" },
+    });
+    assert.equal((await overriding.createTopic(topic, { queues: 2 })).read_queues, 2);
+    assert.equal((await client.getTopic(topic)).name, topic);
+  });
+
   test("credentials go as Basic auth", async () => {
     let seen;
     const fake = new WharfClient({
