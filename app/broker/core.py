@@ -9,6 +9,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from wharf_client.sharding import queue_for_key
+from wharf_client.unique_ids import UniqueIdGenerator
+
 from app.broker import ha_metadata, plain, repeats
 from app.broker.delay import DelayedDelivery, is_delayed
 from app.broker.errors import (
@@ -41,7 +44,6 @@ from app.longpoll.hold import PullHoldService, Receive
 from app.routing.service import RoutingService
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
-from app.sharding import queue_for_key
 from app.store import GetMessageResult, Message, MessageFilter, MessageStore
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.record import StoredMessage
@@ -54,7 +56,6 @@ from app.store.record_format import (
     validate_topic,
 )
 from app.store.results import AppendResult
-from app.unique_ids import UniqueIdGenerator
 
 # An answer of produce: made for a stored message, the index of the same unique id's answer earlier
 # in the batch, or the first message of a repeated unique id.

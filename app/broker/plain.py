@@ -27,13 +27,14 @@ from app.store.kernel import compiled
 from app.store.record_format import BLANK_MIN_SIZE, NO_HOST, EncodedRecord, validate_topic
 
 if TYPE_CHECKING:
+    from wharf_client.unique_ids import UniqueIdGenerator
+
     from app.broker.delay import DelayedDelivery
     from app.broker.ha_role import HaRole
     from app.broker.metrics import BrokerMetrics
     from app.longpoll.hold import PullHoldService
     from app.routing.topic_config import TopicConfigManager
     from app.store import AppendResult, MessageStore
-    from app.unique_ids import UniqueIdGenerator
 
 
 class Broker(Protocol):

@@ -7,7 +7,7 @@
   be reached answers 503.
 * A check-back POSTs the transaction as JSON to the endpoint and reads ``{"status"}``.
 
-Every client verifies TLS with :func:`app.tls.client_ssl_context`.
+Every client verifies TLS with :func:`wharf_client.tls.client_ssl_context`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import httpx
 import websockets
+from wharf_client.tls import client_ssl_context
 
 from app.broker.ha_slave import encode_epochs
 from app.broker.outbound import Account, PeerAnswer
 from app.broker.transaction_check import CheckAnswer
 from app.store.epochs import Epoch
-from app.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 

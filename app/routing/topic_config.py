@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
+from wharf_client.perm import PERM_READ, PERM_READ_WRITE, PERM_WRITE
 
-from app.routing.perm import PERM_READ, PERM_READ_WRITE, PERM_WRITE
 from app.store.atomic_file import write_atomically
 
 log = logging.getLogger(__name__)

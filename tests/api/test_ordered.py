@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from wharf_client.sharding import queue_for_key
 
-from app.sharding import queue_for_key
 from tests.api.ordering import (
     assigned,
     commit,

@@ -5,8 +5,7 @@ with ``Math.abs`` as SelectMessageQueueByHash does)."""
 from __future__ import annotations
 
 import pytest
-
-from app.sharding import java_string_hash, queue_for_key
+from wharf_client.sharding import java_string_hash, queue_for_key
 
 JAVA = [
     ("hello", 99162322, 2),

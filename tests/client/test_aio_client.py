@@ -27,8 +27,8 @@ from wharf_client import (
     WharfClientError,
 )
 from wharf_client.aio import OrderedLines
+from wharf_client.sharding import queue_for_key
 
-from app.sharding import queue_for_key
 from tests.api.server import BrokerProcess
 from tests.client.test_end_to_end import DeadBroker
 

@@ -15,13 +15,11 @@ import sys
 
 import pytest
 import wharf_client
-from wharf_client import codec, routes, sharding
+from wharf_client import codec
 from wharf_client.codec import BatchFormatError, IncomingMessage, Message
 
 import app.client
 import app.codec
-from app import sharding as broker_sharding
-from app.routing import perm
 from app.store import record as store_record
 from app.store import record_format
 from app.store.record_format import Limits, encode_record
@@ -157,11 +155,7 @@ def test_the_constants_both_sides_name_agree() -> None:
     ):
         assert getattr(codec, name) == getattr(record_format, name), name
     assert codec._RECORD_FIXED_SIZE == record_format.FIXED_SIZE
-    assert (routes.PERM_READ, routes.PERM_WRITE) == (perm.PERM_READ, perm.PERM_WRITE)
     assert codec.message_id(HOST, 4096) == record_format.message_id(HOST, 4096)
-    for key in ("hello", "polygenelubricants", "订单-42", "", "order-\U0001f600"):
-        for queues in (1, 4, 7):
-            assert sharding.queue_for_key(key, queues) == broker_sharding.queue_for_key(key, queues)
 
 
 def test_app_client_is_an_alias_of_wharf_client() -> None:

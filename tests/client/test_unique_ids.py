@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.unique_ids import UniqueIdGenerator
+from wharf_client.unique_ids import UniqueIdGenerator
 
 
 def test_two_generators_of_one_process_in_one_millisecond_never_name_a_message_alike() -> None:

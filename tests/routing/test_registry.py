@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, event
+from wharf_client.perm import PERM_READ
 
-from app.routing.perm import PERM_READ
 from app.routing.registry import BrokerIdentity, RouteRegistry
 from app.routing.schema import make_engine, upgrade
 from app.routing.topic_config import TopicConfig

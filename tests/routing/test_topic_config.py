@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from wharf_client.perm import PERM_READ, PERM_READ_WRITE
 
 from app.routing import topic_config
-from app.routing.perm import PERM_READ, PERM_READ_WRITE
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 
 

@@ -11,10 +11,7 @@ from typing import Any
 import httpx
 
 from wharf_client.errors import BrokerUnavailableError, raise_for_envelope
-
-# A queue's permission bits in a route (RocketMQ's PermName; the broker's app/routing/perm.py).
-PERM_READ = 4
-PERM_WRITE = 2
+from wharf_client.perm import PERM_READ, PERM_WRITE
 
 
 @dataclass(frozen=True, slots=True, order=True)

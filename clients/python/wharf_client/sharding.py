@@ -5,8 +5,9 @@ this client and the broker put one key on the same queue.
 
 ``hashCode`` is Java's ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over the key's UTF-16
 code units, in 32-bit signed arithmetic that wraps on overflow. ``"hello".hashCode()`` is 99162322,
-so "hello" over 4 queues goes to queue 2. (The broker has the same function, app/sharding.py;
-tests/client/test_codec.py checks that the two agree.)
+so "hello" over 4 queues goes to queue 2; ``"polygenelubricants".hashCode()`` is -2147483648
+(Integer.MIN_VALUE), whose absolute value RocketMQ takes from the remainder: queue 0 of 4. The
+broker picks a sharding key's queue with this function too.
 """
 
 from __future__ import annotations

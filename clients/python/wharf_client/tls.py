@@ -2,8 +2,8 @@
 
 Making httpx's default verifying context reads the whole CA bundle, 20-30 ms of CPU, and httpx
 makes one for every client it opens, ``http://`` or not. Short-lived clients (a subscriber's route
-look-up, each consumer) would pay that every time; one context per process serves them all, as an
-``ssl.SSLContext`` may be shared.
+look-up, each consumer, the broker's own calls to its peers) would pay that every time; one context
+per process serves them all, as an ``ssl.SSLContext`` may be shared.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Unique message ids (RocketMQ's MessageClientIDSetter) for the messages a producer sends without
-one: a retry carries the same id, so the broker stores the message once."""
+one (a retry carries the same id, so the broker stores the message once), and the broker's for
+the messages that came without one."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class UniqueIdGenerator:
     """32 hex digits: host, process and a random salt, then a counter - unique without coordination.
 
     Each producer has its own, made when the producer is (a process forked later makes producers of
-    its own)."""
+    its own); the broker has one for the messages that came without an id."""
 
     def __init__(self) -> None:
         prefix = _host_address() + (os.getpid() & 0xFFFF).to_bytes(2, "big") + secrets.token_bytes(4)
