@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.peers [--quick] [--json out.json] [--only throughput,latency]
                                     [--systems redis,nats,wharf] [--messages N] [--samples N]
-                                    [--wharf binary,json,json-http,plain-json,plain-binary,floor,...]
+                                    [--wharf binary,json,json-http,plain-json,plain-binary,floor,ws-floor,...]
 
 Every system gets the same work from one Python process on this machine: bodies of 1 KiB (the same
 random bytes), batches of 100, fresh streams named for the run and deleted after it, the systems
@@ -14,8 +14,8 @@ that does not answer is skipped with the reason. Wharf is a broker process start
 (``python -m app``, ASYNC flush, a temporary store), one topic of one queue per stream, so each
 system writes and reads one ordered log. ``--wharf`` picks Wharf's lanes (all by default): the
 throughput lanes ``binary``, ``json``, ``json-http``, ``plain-json`` and ``plain-binary``, the latency
-lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor``, the HTTP floor (below), whose relay
-process is started and stopped with the broker.
+lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor`` and ``ws-floor``, the HTTP and
+WebSocket floors (below), whose relay process is started and stopped with the broker.
 
 * ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
   batch (or window) of 100 at a time, messages/s (the plain lanes: one batch of 100 in flight, then
@@ -59,6 +59,11 @@ process is started and stopped with the broker.
   this stack reaches with this client. Wharf's plain HTTP e2e is read against it: what lies above
   the floor is Wharf's own, the floor itself the client's and uvicorn's, which no work in Wharf
   removes. Its rows (p50, p99, and the relay's CPU per message) are a reference, with no target.
+* The WebSocket floor, "WebSocket floor" (``--wharf ws-floor``, latency only): "Wharf WebSocket
+  JSON"'s latency lane, the same client code, against the relay's produce and subscribe sockets
+  (each frame's message kept in memory and pushed to the subscriber before the producer's answer):
+  the websockets client, the sockets and uvicorn's WebSocket protocol, nothing of Wharf. A
+  reference for Wharf WebSocket JSON's e2e, with no target.
 
 Targets are ratios against the better peer: Wharf binary produce >= 2x, consume >= 5x and e2e p99
 at most Redis's; Wharf JSON produce >= 1x and consume >= 2x; Wharf plain JSON produce >= 1x and
@@ -117,6 +122,7 @@ WHARF_NAMES = {
     "plain-http": "Wharf plain HTTP",
     "ws-json": "Wharf WebSocket JSON",
     "floor": "HTTP floor",
+    "ws-floor": "WebSocket floor",
 }
 WHARF_LANES = tuple(WHARF_NAMES)
 WHARF_SECTIONS = {
@@ -124,6 +130,7 @@ WHARF_SECTIONS = {
     "plain-http": ("latency",),
     "ws-json": ("latency",),
     "floor": ("latency",),
+    "ws-floor": ("latency",),
 }
 # Targets, as ratios to the better peer: (produce, consume) throughput, and e2e p99 at most.
 THROUGHPUT_GOALS = {
@@ -711,6 +718,22 @@ class FloorLane(PlainLane):
         )
 
 
+class WsFloorLane(WharfLane):
+    """The WebSocket floor: "Wharf WebSocket JSON"'s latency lane, the same client code, against
+    :mod:`bench.relay_app`'s produce and subscribe sockets (a message kept in a list and pushed to
+    the subscriber before the producer's answer, served by uvicorn with the broker's WebSocket
+    implementation): the ceiling of the JSON WebSocket path on this stack. No target."""
+
+    def __init__(self, relay: RelayProcess) -> None:
+        super().__init__(relay, "ws-json")
+        self.name = self.alias = WHARF_NAMES["ws-floor"]
+        self.sections = WHARF_SECTIONS["ws-floor"]
+        self.note = self.latency_note = (
+            "bare ASGI relay's sockets (bench.relay_app: uvicorn, uvloop, websockets-sansio, messages in "
+            "memory), Wharf WebSocket JSON's client code"
+        )
+
+
 def plain_client(url: str, timeout_s: float = TIMEOUT_S) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` of one kept-alive connection."""
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -923,8 +946,8 @@ def main(argv: list[str] | None = None) -> int:
             commitlog_file_size=256 * 1024 * 1024,
             consumequeue_file_entries=300_000,
         )
-        # The HTTP floor's relay, when its lane has a section to run in.
-        floor = "wharf" in systems and "floor" in kinds and "latency" in sections
+        # The floors' relay, when a floor's lane has a section to run in.
+        floor = "wharf" in systems and bool({"floor", "ws-floor"} & set(kinds)) and "latency" in sections
         relay = RelayProcess(root / "relay.log") if floor else None
         try:
             broker.start()
@@ -937,10 +960,10 @@ def main(argv: list[str] | None = None) -> int:
                 lanes.append(NatsLane(args.nats))
             if "wharf" in systems:
                 for kind in kinds:
-                    if kind != "floor":
+                    if kind not in ("floor", "ws-floor"):
                         lanes.append(wharf_lane(broker, kind))
                     elif relay is not None:
-                        lanes.append(FloorLane(relay))
+                        lanes.append(FloorLane(relay) if kind == "floor" else WsFloorLane(relay))
             bench = Bench(plan, lanes)
 
             def run(section: str) -> list[Result]:

@@ -14,6 +14,11 @@ benchmark's plain lanes use, keeping each topic's messages in a list in memory:
   fields of Wharf's, the body as it was posted).
 * ``POST /v1/topics`` (201) and ``DELETE /v1/topics/{t}`` (200, the topic's messages dropped), so a
   lane can create and delete its stream; ``GET /readyz`` and ``/healthz`` answer 200.
+* WebSocket ``/v1/ws/produce?topic=T``: each text frame one JSON message, kept as a POST keeps it,
+  pushed at once to every subscriber of the topic, then answered ``{"type": "results", "results":
+  [...]}``; ``/v1/ws/subscribe?topic=T``: an ``{"type": "assignment"}`` frame, then one ``{"type":
+  "messages", "messages": [...]}`` frame per message produced after it (the frames a subscriber
+  sends, permits, are read and ignored).
 
 Served by uvicorn as the broker is (uvloop, httptools, one process, log level warning, no access
 log), what a client gets from it is the ceiling of the plain HTTP path on this stack: the client,
@@ -63,14 +68,15 @@ PULL = b'{"status":"%s","next_offset":%d,"min_offset":0,"max_offset":%d,"suggest
 
 
 class Topic:
-    """One topic's messages, each already the JSON object a pull answers, and the event its long
-    polls wait on (set, then replaced, when a message comes)."""
+    """One topic's messages, each already the JSON object a pull answers, the event its long polls
+    wait on (set, then replaced, when a message comes) and its WebSocket subscribers' ``send``."""
 
-    __slots__ = ("event", "messages")
+    __slots__ = ("event", "messages", "subscribers")
 
     def __init__(self) -> None:
         self.messages: list[bytes] = []
         self.event = asyncio.Event()
+        self.subscribers: list[Send] = []
 
     def append(self, topic: str, posted: dict[str, Any]) -> int:
         offset = len(self.messages)
@@ -173,8 +179,41 @@ async def pull(name: str, scope: Scope, send: Send) -> None:
     await answer(send, 200, head + b",".join(found) + b"]}")
 
 
+async def produce_socket(name: str, receive: Receive, send: Send) -> None:
+    """Each frame one message: stored, pushed to the topic's subscribers, then answered."""
+    topic = topic_named(name)
+    await send({"type": "websocket.accept"})
+    while True:
+        event = await receive()
+        if event["type"] != "websocket.receive":
+            return
+        posted = orjson.loads(event.get("text") or event.get("bytes") or b"{}")
+        offset = topic.append(name, posted)
+        pushed = b'{"type":"messages","messages":[' + topic.messages[offset] + b"]}"
+        for subscriber in list(topic.subscribers):
+            await subscriber({"type": "websocket.send", "text": pushed.decode()})
+        result = RESULT % (offset, offset, offset)
+        await send(
+            {"type": "websocket.send", "text": (b'{"type":"results","results":[' + result + b"]}").decode()}
+        )
+
+
+async def subscribe_socket(name: str, receive: Receive, send: Send) -> None:
+    """An assignment frame, then every message produced while the socket is open."""
+    topic = topic_named(name)
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.send", "text": '{"type":"assignment","queues":[{"queue_id":0}]}'})
+    topic.subscribers.append(send)
+    try:
+        while (await receive())["type"] == "websocket.receive":
+            pass  # permits: the relay pushes regardless
+    finally:
+        topic.subscribers.remove(send)
+
+
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The relay: produce, long-poll pull, topic create and delete (see the module docstring)."""
+    """The relay: produce, long-poll pull, topic create and delete, the produce and subscribe
+    sockets (see the module docstring)."""
     kind = scope["type"]
     if kind == "lifespan":
         while True:
@@ -182,6 +221,17 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
             await send({"type": event["type"] + ".complete"})
             if event["type"] == "lifespan.shutdown":
                 return
+    if kind == "websocket":
+        if (await receive())["type"] != "websocket.connect":
+            return
+        name = query(scope).get(b"topic", b"").decode()
+        if scope["path"] == "/v1/ws/produce":
+            await produce_socket(name, receive, send)
+        elif scope["path"] == "/v1/ws/subscribe":
+            await subscribe_socket(name, receive, send)
+        else:
+            await send({"type": "websocket.close", "code": 1008})
+        return
     if kind != "http":
         return
     method: str = scope["method"]
@@ -262,6 +312,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         loop="uvloop",
         http="httptools",
+        ws="websockets-sansio",  # as the broker serves its sockets
         log_level="warning",
         access_log=False,
         lifespan="on",
