@@ -6,7 +6,7 @@ that would create its topic needs an admin account (and is only a produce when t
 auto-creation is off, or another broker hosts it); a message read by id needs SUB on the topic its
 record names; a group's offsets without a topic need SUB on every topic the group has offsets on;
 a commit needs SUB on every topic of its body; a transaction's commit or rollback needs PUB on the
-topic of the transaction its id names. Producer groups are groups of the ACL file: a begin, the
+topic of the transaction its id names, a batch's on the topic of each transaction it names. Producer groups are groups of the ACL file: a begin, the
 pending list and a check endpoint need PUB on the producer group. A request no rule names needs an account (it is
 answered 404 or 405 then); a test fails when a route of the app has no rule.
 """
@@ -76,6 +76,23 @@ async def end_transaction(view: RequestView, broker: Broker | None) -> Need:
     if topic is None:
         return ACCOUNT  # answered 404
     return Need.on(((topic, Action.PUB),))
+
+
+async def end_transactions(view: RequestView, broker: Broker | None) -> Need:
+    """PUB on the topic of every transaction the body names that this broker holds."""
+    document = _json_object(await view.body())
+    ids = document.get("transaction_ids") if document is not None else None
+    if broker is None or not isinstance(ids, list) or not all(isinstance(one, str) for one in ids):
+        return ACCOUNT  # the route refuses the request (422), or answers 503
+    transactions = broker.transactions
+
+    def topics() -> list[str]:
+        return sorted({topic for one in ids if (topic := transactions.topic_of(one)) is not None})
+
+    found = await asyncio.to_thread(topics)
+    if not found:
+        return ACCOUNT  # each answered 40408 in the results
+    return Need.on(tuple((topic, Action.PUB) for topic in found))
 
 
 def _on_producer_group(group: str | None) -> Need:
@@ -315,6 +332,8 @@ RULES: tuple[Rule, ...] = (
         end_transaction,
         "PUB on the transaction's topic",
     ),
+    Rule("POST", "/v1/transactions/commit", end_transactions, "PUB on each transaction's topic"),
+    Rule("POST", "/v1/transactions/rollback", end_transactions, "PUB on each transaction's topic"),
     Rule("GET", "/v1/transactions/pending", pending_transactions, "PUB on the group `producer_group`"),
     Rule("PUT", "/v1/producers/{producer_group}", producer_group, "PUB on the group `producer_group`"),
     Rule("GET", "/v1/producers/{producer_group}", producer_group, "PUB on the group `producer_group`"),

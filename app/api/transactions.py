@@ -10,12 +10,14 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.routing import Route
 
+from app.api.errors import from_broker
 from app.api.schemas import ErrorEnvelope
 from app.api.topics import BrokerDep, get_broker
-from app.broker.transactions import MAX_PENDING_LIST
+from app.broker.errors import BrokerError
+from app.broker.transactions import MAX_END_BATCH, MAX_PENDING_LIST
 
 
 @asynccontextmanager
@@ -59,6 +61,51 @@ class TransactionEnd(BaseModel):
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
+
+
+class TransactionIds(BaseModel):
+    transaction_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        min_length=1,
+        max_length=MAX_END_BATCH,
+        description=f"The transactions to end, each once: 1 to {MAX_END_BATCH} ids a begin answered",
+    )
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"transaction_ids": ["7F00000100001F900000000000000000", "7F00000100001F9000000000000000D1"]}
+            ]
+        },
+    )
+
+    @field_validator("transaction_ids")
+    @classmethod
+    def _each_once(cls, ids: list[str]) -> list[str]:
+        if len(set(ids)) != len(ids):
+            raise ValueError("each transaction id once")
+        return ids
+
+
+class TransactionEndResult(BaseModel):
+    """One transaction of a batch: ended (``state`` and the rest as a single commit or rollback
+    answers), or refused alone (``error_code`` and ``message``, as the single call's error envelope)."""
+
+    transaction_id: str
+    state: Literal["COMMITTED", "ROLLED_BACK"] | None = None
+    status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"] | None = None
+    msg_id: str | None = None
+    unique_id: str | None = None
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    error_code: int | None = Field(
+        None, description="Why this one was not ended: 40408 no such transaction, 40904 it ended already, ..."
+    )
+    message: str | None = None
+
+
+class TransactionEnds(BaseModel):
+    results: list[TransactionEndResult] = Field(description="One per id, in the order of the request")
 
 
 class OpenTransactionOut(BaseModel):
@@ -120,6 +167,40 @@ async def commit_transaction(transaction_id: TransactionId, broker: BrokerDep) -
 )
 async def rollback_transaction(transaction_id: TransactionId, broker: BrokerDep) -> Response:
     return _json(await broker.transactions.rollback(transaction_id))
+
+
+def _ends(transaction_ids: list[str], answers: list[dict[str, Any] | BrokerError]) -> Response:
+    results = []
+    for transaction_id, answer in zip(transaction_ids, answers, strict=True):
+        if isinstance(answer, BrokerError):
+            refusal = from_broker(answer)
+            answer = {
+                "transaction_id": transaction_id,
+                "error_code": int(refusal.code),
+                "message": refusal.message,
+            }
+            if refusal.extra:
+                answer.update(refusal.extra)
+        results.append(answer)
+    return _json({"results": results})
+
+
+@router.post(
+    "/transactions/commit",
+    response_model=TransactionEnds,
+    summary="Commit several transactions in one append: each half message becomes visible in its topic",
+)
+async def commit_transactions(body: TransactionIds, broker: BrokerDep) -> Response:
+    return _ends(body.transaction_ids, await broker.transactions.commit_many(body.transaction_ids))
+
+
+@router.post(
+    "/transactions/rollback",
+    response_model=TransactionEnds,
+    summary="Roll several transactions back in one append: their half messages are dropped",
+)
+async def rollback_transactions(body: TransactionIds, broker: BrokerDep) -> Response:
+    return _ends(body.transaction_ids, await broker.transactions.rollback_many(body.transaction_ids))
 
 
 @router.get(

@@ -29,6 +29,7 @@ from app.broker import repeats
 from app.broker.delay import DelayedDelivery, is_delayed
 from app.broker.durable import append_all_durably
 from app.broker.errors import (
+    BrokerError,
     InvalidParameterError,
     TooManyOpenTransactionsError,
     TopicNotWritableError,
@@ -104,6 +105,9 @@ class Broker(Protocol):
 log = logging.getLogger(__name__)
 
 MAX_PENDING_LIST = 1000
+
+
+MAX_END_BATCH = 1000  # transactions one request may commit or roll back together
 
 
 def _status(durable: bool) -> str:
@@ -261,7 +265,62 @@ class Transactions:
     async def rollback(self, transaction_id: str) -> dict[str, Any]:
         return await self._end(transaction_id, TransactionState.ROLLED_BACK)
 
+    async def commit_many(self, transaction_ids: Sequence[str]) -> list[dict[str, Any] | BrokerError]:
+        return await self._end_many(transaction_ids, TransactionState.COMMITTED)
+
+    async def rollback_many(self, transaction_ids: Sequence[str]) -> list[dict[str, Any] | BrokerError]:
+        return await self._end_many(transaction_ids, TransactionState.ROLLED_BACK)
+
     async def _end(self, transaction_id: str, state: TransactionState) -> dict[str, Any]:
+        half, messages = await self._start_end(transaction_id, state)
+        try:
+            appended, durable = await append_all_durably(self.store, messages)
+            return self._finish_end(transaction_id, state, half, messages, appended, durable)
+        finally:
+            self._ending.discard(transaction_id)
+
+    async def _end_many(
+        self, transaction_ids: Sequence[str], state: TransactionState
+    ) -> list[dict[str, Any] | BrokerError]:
+        """End each transaction as :meth:`_end` does, the records of all of them in one append
+        (one wait for the disk); each answered in order, or with the refusal that concerns it alone
+        (not open, ended, gone, its topic not writable). The ids must differ."""
+        answers: list[dict[str, Any] | BrokerError] = []
+        started: list[tuple[int, str, StoredMessage, int, int]] = []  # answer, id, half, records
+        messages: list[Message] = []
+        try:
+            for transaction_id in transaction_ids:
+                try:
+                    half, own = await self._start_end(transaction_id, state)
+                except BrokerError as error:
+                    answers.append(error)
+                    continue
+                started.append((len(answers), transaction_id, half, len(messages), len(own)))
+                answers.append({})
+                messages.extend(own)
+            if not messages:
+                return answers
+            appended, durable = await append_all_durably(self.store, messages)
+            for at, transaction_id, half, first, count in started:
+                answers[at] = self._finish_end(
+                    transaction_id,
+                    state,
+                    half,
+                    messages[first : first + count],
+                    appended[first : first + count],
+                    durable,
+                )
+        finally:
+            for _, transaction_id, *_ in started:
+                self._ending.discard(transaction_id)
+        return answers
+
+    async def _start_end(
+        self, transaction_id: str, state: TransactionState
+    ) -> tuple[StoredMessage, list[Message]]:
+        """The half message of an open transaction and the records that end it (for a commit the
+        real message, then the op record); the transaction is held in ``_ending`` from here until
+        the caller's append is done: neither a check nor another end touches it meanwhile."""
         entry = self.table.open.get(transaction_id)
         if entry is None or transaction_id in self._ending:
             raise await self._not_open(transaction_id)
@@ -280,9 +339,22 @@ class Transactions:
                 messages.append(committed_message(half, config.write_queue_nums))
             entry = self.table.open[transaction_id]  # the latest copy (a check may have made one)
             messages.append(op_message(entry.half_offset, transaction_id, state))
-            appended, durable = await self._append_end(transaction_id, entry, messages)
-        finally:
+        except BaseException:
             self._ending.discard(transaction_id)
+            raise
+        return half, messages
+
+    def _finish_end(
+        self,
+        transaction_id: str,
+        state: TransactionState,
+        half: StoredMessage,
+        messages: list[Message],
+        appended: list[AppendResult],
+        durable: bool,
+    ) -> dict[str, Any]:
+        """Take an ended transaction out of the table once its records are appended; its answer."""
+        self._ended(transaction_id, self.table.open[transaction_id].half_offset, appended[-1])
         answer: dict[str, Any] = {
             "transaction_id": transaction_id,
             "state": state.value,
@@ -304,17 +376,11 @@ class Transactions:
             )
         return answer
 
-    async def _append_end(
-        self, transaction_id: str, entry: OpenTransaction, messages: list[Message]
-    ) -> tuple[list[AppendResult], bool]:
-        """Append the end's records, take the transaction out of the table and wait for the disk.
-        The caller holds the transaction in ``_ending``: neither a check nor another end touches it
-        meanwhile."""
-        appended, durable = await append_all_durably(self.store, messages)
+    def _ended(self, transaction_id: str, half_offset: int, op: AppendResult) -> None:
+        """Out of the table, once ``op``, the transaction's op record, is appended."""
         self.table.end(transaction_id)
-        self.table.ended_by(appended[-1].queue_offset, entry.half_offset)
-        self._last_appended = appended[-1]
-        return appended, durable
+        self.table.ended_by(op.queue_offset, half_offset)
+        self._last_appended = op
 
     async def _not_open(self, transaction_id: str) -> TransactionNotFoundError | TransactionEndedError:
         """Why ``transaction_id`` cannot be ended: it names no transaction here (404), or it ended."""
@@ -408,7 +474,8 @@ class Transactions:
         op = op_message(entry.half_offset, entry.transaction_id, TransactionState.ROLLED_BACK)
         self._ending.add(entry.transaction_id)
         try:
-            await self._append_end(entry.transaction_id, entry, [op])
+            appended, _ = await append_all_durably(self.store, [op])
+            self._ended(entry.transaction_id, entry.half_offset, appended[-1])
         finally:
             self._ending.discard(entry.transaction_id)
 

@@ -51,6 +51,8 @@ OPERATION_IDS = {
     ("post", "/v1/groups/{group}/topics/{topic}/invisibility"): "changeInvisibility",
     ("post", "/v1/transactions/{transaction_id}/commit"): "commitTransaction",
     ("post", "/v1/transactions/{transaction_id}/rollback"): "rollbackTransaction",
+    ("post", "/v1/transactions/commit"): "commitTransactions",
+    ("post", "/v1/transactions/rollback"): "rollbackTransactions",
     ("get", "/v1/transactions/pending"): "listPendingTransactions",
     ("put", "/v1/producers/{producer_group}"): "registerProducer",
     ("get", "/v1/producers/{producer_group}"): "getProducer",

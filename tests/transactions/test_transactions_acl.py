@@ -55,6 +55,30 @@ def test_an_end_needs_pub_on_the_transactions_topic(broker: BrokerProcess) -> No
         assert producer.post(f"/v1/transactions/{transaction_id}/commit").status_code == 409
 
 
+def test_a_batch_end_needs_pub_on_the_topic_of_each_transaction_it_names(broker: BrokerProcess) -> None:
+    with client_for(broker, ADMIN) as admin:
+        on_orders = admin.post("/v1/topics/orders/messages", params=BEGIN, json={"body": "o"})
+        on_audit = admin.post("/v1/topics/audit/messages", params=BEGIN, json={"body": "a"})
+    orders = on_orders.json()["results"][0]["transaction_id"]
+    audit = on_audit.json()["results"][0]["transaction_id"]
+    with client_for(broker, PRODUCER) as producer:  # PUB on orders, not on audit
+        for how in ("commit", "rollback"):
+            assert_refused(
+                producer.post(f"/v1/transactions/{how}", json={"transaction_ids": [orders, audit]}), 403
+            )
+            assert_refused(producer.post(f"/v1/transactions/{how}", json={"transaction_ids": [audit]}), 403)
+        unknown = producer.post("/v1/transactions/commit", json={"transaction_ids": ["0" * 32]})
+        assert unknown.status_code == 200 and unknown.json()["results"][0]["error_code"] == 40408
+        answer = producer.post("/v1/transactions/commit", json={"transaction_ids": [orders, "0" * 32]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["results"][0]["state"] == "COMMITTED"
+    with client_for(broker, CONSUMER) as consumer:  # SUB on orders only
+        assert_refused(consumer.post("/v1/transactions/rollback", json={"transaction_ids": [audit]}), 403)
+    with client_for(broker, ADMIN) as admin:
+        answer = admin.post("/v1/transactions/rollback", json={"transaction_ids": [audit]})
+        assert answer.json()["results"][0]["state"] == "ROLLED_BACK"
+
+
 def test_the_pending_list_and_the_check_endpoint_need_pub_on_the_group(broker: BrokerProcess) -> None:
     registration = {"check_url": "http://127.0.0.1:9/check"}
     with client_for(broker, CONSUMER) as consumer:

@@ -454,6 +454,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/transactions/commit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Commit several transactions in one append: each half message becomes visible in its topic */
+        post: operations["commitTransactions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/transactions/rollback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Roll several transactions back in one append: their half messages are dropped */
+        post: operations["rollbackTransactions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/transactions/pending": {
         parameters: {
             query?: never;
@@ -2119,6 +2153,60 @@ export interface components {
             queue_id?: number | null;
             /** Queue Offset */
             queue_offset?: number | null;
+        };
+        /**
+         * TransactionEndResult
+         * @description One transaction of a batch: ended (``state`` and the rest as a single commit or rollback
+         *     answers), or refused alone (``error_code`` and ``message``, as the single call's error envelope).
+         */
+        TransactionEndResult: {
+            /** Transaction Id */
+            transaction_id: string;
+            /** State */
+            state?: ("COMMITTED" | "ROLLED_BACK") | null;
+            /** Status */
+            status?: ("SEND_OK" | "FLUSH_DISK_TIMEOUT") | null;
+            /** Msg Id */
+            msg_id?: string | null;
+            /** Unique Id */
+            unique_id?: string | null;
+            /** Topic */
+            topic?: string | null;
+            /** Queue Id */
+            queue_id?: number | null;
+            /** Queue Offset */
+            queue_offset?: number | null;
+            /**
+             * Error Code
+             * @description Why this one was not ended: 40408 no such transaction, 40904 it ended already, ...
+             */
+            error_code?: number | null;
+            /** Message */
+            message?: string | null;
+        };
+        /** TransactionEnds */
+        TransactionEnds: {
+            /**
+             * Results
+             * @description One per id, in the order of the request
+             */
+            results: components["schemas"]["TransactionEndResult"][];
+        };
+        /**
+         * TransactionIds
+         * @example {
+         *       "transaction_ids": [
+         *         "7F00000100001F900000000000000000",
+         *         "7F00000100001F9000000000000000D1"
+         *       ]
+         *     }
+         */
+        TransactionIds: {
+            /**
+             * Transaction Ids
+             * @description The transactions to end, each once: 1 to 1000 ids a begin answered
+             */
+            transaction_ids: string[];
         };
         /**
          * UnlockRequest
@@ -5640,6 +5728,216 @@ export interface operations {
             };
             /** @description The store's disk is full: nothing of the request was stored. Codes: 50701 DISK_FULL */
             507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    commitTransactions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TransactionIds"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TransactionEnds"];
+                };
+            };
+            /** @description The body is not valid JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Too large: the request body is over `WHARF_MAX_REQUEST_BYTES`. Codes: 41301 MESSAGE_TOO_LARGE, 41302 PROPERTIES_TOO_LARGE, 41303 REQUEST_TOO_LARGE, 41304 TOO_MANY_ITEMS, 41310 WS_FRAME_TOO_LARGE */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The Content-Type is not one this operation accepts. Codes: 41501 UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    rollbackTransactions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TransactionIds"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TransactionEnds"];
+                };
+            };
+            /** @description The body is not valid JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Too large: the request body is over `WHARF_MAX_REQUEST_BYTES`. Codes: 41301 MESSAGE_TOO_LARGE, 41302 PROPERTIES_TOO_LARGE, 41303 REQUEST_TOO_LARGE, 41304 TOO_MANY_ITEMS, 41310 WS_FRAME_TOO_LARGE */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The Content-Type is not one this operation accepts. Codes: 41501 UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
