@@ -33,6 +33,7 @@ ENVELOPE_REF = {"$ref": f"{SCHEMAS}ErrorEnvelope"}
 OPERATION_IDS: dict[str, str] = {
     "produce": "produce",
     "pull": "pullMessages",
+    "follow_events": "followEvents",
     "query_by_key": "queryMessagesByKey",
     "get_message": "getMessage",
     "create_topic": "createTopic",
@@ -130,6 +131,12 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         "group (40001)",
         **_QUEUE,
         409: "The topic's permission forbids pulling (40903)",
+    },
+    "followEvents": {
+        400: "A bad tag filter (40004), SQL92 filter (40015, with its `line` and `column`), `from` "
+        "(40012) or Last-Event-ID (40013), or commit without a group (40001)",
+        **_QUEUE,
+        409: "The topic's permission forbids reading (40903)",
     },
     "queryMessagesByKey": {400: "`end` is before `begin` (40012)", **_TOPIC},
     "getMessage": {
