@@ -19,6 +19,14 @@ from app.api.schemas import ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
 from app.broker import Broker
 from app.broker.filters import filter_of
+from app.cloudevents import BATCH_MEDIA_TYPE as CLOUDEVENTS_BATCH
+from app.cloudevents import (
+    BINARY_MODE,
+    CloudEventError,
+    binary_event,
+    structured_events,
+)
+from app.cloudevents import STRUCTURED_MEDIA_TYPE as CLOUDEVENT
 from app.codec import (
     BATCH_MEDIA_TYPE,
     RECORDS_MEDIA_TYPE,
@@ -65,6 +73,43 @@ _PRODUCE_BODY = {
                     "description": "The raw body of one message.",
                 }
             },
+            CLOUDEVENT: {
+                "schema": {
+                    "type": "object",
+                    "description": "One CloudEvent 1.0 in structured mode: specversion, id, source and type "
+                    "required; data (JSON, or a string for a non-JSON datacontenttype) or data_base64. "
+                    "id + source make the unique id, type the tags, subject the key, every attribute a "
+                    "property ce_<name> (README: CloudEvents).",
+                    "required": ["specversion", "id", "source", "type"],
+                    "properties": {
+                        "specversion": {"type": "string", "enum": ["1.0"]},
+                        "id": {"type": "string", "minLength": 1},
+                        "source": {"type": "string", "minLength": 1},
+                        "type": {"type": "string", "minLength": 1},
+                        "subject": {"type": "string"},
+                        "time": {"type": "string"},
+                        "datacontenttype": {"type": "string"},
+                        "dataschema": {"type": "string"},
+                        "data": {},
+                        "data_base64": {"type": "string"},
+                    },
+                },
+                "example": {
+                    "specversion": "1.0",
+                    "id": "A234-1234-1234",
+                    "source": "/orders",
+                    "type": "com.example.order.created",
+                    "data": {"order": 1},
+                },
+            },
+            CLOUDEVENTS_BATCH: {
+                "schema": {
+                    "type": "string",
+                    "description": "CloudEvents in batched mode: a JSON array of structured events "
+                    "(as application/cloudevents+json has them), one message each.",
+                },
+                "example": '[{"specversion": "1.0", "id": "1", "source": "/orders", "type": "created"}]',
+            },
             BATCH_MEDIA_TYPE: {
                 "schema": {
                     "type": "string",
@@ -79,11 +124,17 @@ _PRODUCE_BODY = {
 }
 
 
-PRODUCE_MEDIA_TYPES = (JSON, NDJSON, OCTET_STREAM, BATCH_MEDIA_TYPE)
+PRODUCE_MEDIA_TYPES = (JSON, NDJSON, OCTET_STREAM, BATCH_MEDIA_TYPE, CLOUDEVENT, CLOUDEVENTS_BATCH)
+_JSON_TYPES = (JSON, NDJSON, CLOUDEVENT, CLOUDEVENTS_BATCH)
+# The header that makes a produce one CloudEvent in binary mode, whatever its Content-Type.
+CLOUDEVENT_HEADER = "ce-specversion"
 
 
 def _media_type(request: Request) -> str:
-    """The body's media type; a missing or unknown one is refused before the body is read (415)."""
+    """The body's media type; a missing or unknown one is refused before the body is read (415).
+    A CloudEvent in binary mode (``ce-specversion``) may be of any type: its data is the body."""
+    if CLOUDEVENT_HEADER in request.headers:
+        return BINARY_MODE
     return produce_media_type(request.headers.get("content-type"))
 
 
@@ -100,7 +151,7 @@ def produce_media_type(content_type: str | None) -> str:
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,
             f"Content-Type {media_type!r} is not accepted: use {', '.join(PRODUCE_MEDIA_TYPES)}",
         )
-    if media_type in (JSON, NDJSON) and charset not in (None, "utf-8", "utf8"):
+    if media_type in _JSON_TYPES and charset not in (None, "utf-8", "utf8"):
         raise ApiError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, f"JSON is read as UTF-8, not {charset!r}")
     return media_type
 
@@ -129,6 +180,21 @@ def _parse_ndjson(raw: bytes) -> list[IncomingMessage]:
     if not messages:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the NDJSON body holds no message")
     return messages
+
+
+def _parse_cloudevents(
+    media_type: str, raw: bytes, query: QueryParams, scope: Scope
+) -> list[IncomingMessage]:
+    """The messages of CloudEvents in binary, structured or batched mode (app.cloudevents)."""
+    tags = _query_text(query, "tags", 1024)
+    try:
+        if media_type == BINARY_MODE:
+            return [binary_event(scope["headers"], raw, tags)]
+        return structured_events(raw, media_type == CLOUDEVENTS_BATCH, tags)
+    except CloudEventError as exc:
+        raise ApiError(ErrorCode.INVALID_CLOUDEVENT, str(exc)) from None
+    except UnicodeDecodeError:
+        raise ApiError(ErrorCode.INVALID_CLOUDEVENT, "a ce- header is not percent-encoded UTF-8") from None
 
 
 def _parse_properties(pairs: list[str]) -> dict[str, str]:
@@ -183,7 +249,9 @@ def _raw_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[
 _PRODUCE_PARAMETERS = {
     "parameters": [
         _raw_parameter(
-            "tags", "Raw body only: the message's tag", {"type": "string", "minLength": 1, "maxLength": 1024}
+            "tags",
+            "Raw body or CloudEvents: the message's tag (a CloudEvent's default: its type)",
+            {"type": "string", "minLength": 1, "maxLength": 1024},
         ),
         _raw_parameter(
             "keys",
@@ -215,6 +283,17 @@ _PRODUCE_PARAMETERS = {
             "transaction",
             "Any format: 'begin' stores each message as a half message of its own transaction",
             {"type": "string", "enum": ["begin"]},
+        ),
+        *(
+            {
+                "name": f"ce-{name}",
+                "in": "header",
+                "required": False,
+                "description": f"CloudEvents binary mode: the event's {name} (ce-specversion makes the "
+                "request one event, its body the data and its Content-Type the datacontenttype)",
+                "schema": {"type": "string", "minLength": 1},
+            }
+            for name in ("specversion", "id", "source", "type", "subject", "time")
         ),
         _raw_parameter(
             "producer_group",
@@ -262,6 +341,8 @@ async def produce_answer(
             raise ApiError(ErrorCode.MALFORMED_BATCH, str(exc)) from None
     elif media_type == NDJSON:
         batch = _parse_ndjson(raw)
+    elif media_type in (CLOUDEVENT, CLOUDEVENTS_BATCH, BINARY_MODE):
+        batch = _parse_cloudevents(media_type, raw, query, scope)
     else:
         batch = [_raw_body_message(raw, query)]
     if not batch:

@@ -117,7 +117,8 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "produce": {
         400: "The body does not parse in its format (40002, 40010), a body does not decode (40003), "
         "is empty (40006), a property is bad (40008), the queue is not one of the topic's (40011), "
-        "the topic name is not valid (40005), or a bad delay, `transaction` or `producer_group` (40012)",
+        "the topic name is not valid (40005), a bad delay, `transaction` or `producer_group` (40012), "
+        "or a CloudEvent lacks a required attribute or is malformed (40016, naming it)",
         404: "The topic does not exist and topics are not created on first produce (40402)",
         409: "The topic's permission forbids producing (40902)",
         413: "A message (41301), its properties (41302) or the request (41303) is too large",

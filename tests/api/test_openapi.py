@@ -71,6 +71,8 @@ PRODUCE_MEDIA_TYPES = {
     "application/x-ndjson",
     "application/octet-stream",
     "application/vnd.wharf.batch",
+    "application/cloudevents+json",
+    "application/cloudevents-batch+json",
 }
 
 
