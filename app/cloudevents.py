@@ -15,7 +15,8 @@ An event becomes one message (the table is the README's "CloudEvents"):
 ``type``             the tags, unless the produce's ``tags`` parameter names others
 ``subject``          the key
 every attribute      a property ``ce_<name>`` (extensions too), so it comes back unchanged
-data                 the body: JSON ``data`` encoded, a string's UTF-8, ``data_base64`` decoded
+data                 the body: JSON ``data`` encoded, a string's UTF-8, ``data_base64`` decoded;
+                     ``null`` when the event has none (a message's body is never empty)
 ==================  ==============================================================================
 
 How the data was given is kept in the property :data:`DATA_FORM` (``json``, ``text``, ``base64``
@@ -36,7 +37,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import orjson
 from wharf_client.codec import IncomingMessage, decode_body
@@ -51,6 +52,8 @@ REQUIRED = ("specversion", "id", "source", "type")
 PREFIX = "ce_"  # attribute ``name`` is property ``ce_name``
 DATA_FORM = "CE_DATA"  # upper case: never an attribute's property (attribute names are lower case)
 DEFAULT_TYPE = "wharf.message"
+# The body of an event without data: a message's body is never empty (a pull shows it as JSON null).
+NO_DATA_BODY = b"null"
 # The spec's attribute names: lower-case letters and digits, 20 at most (recommended; kept as a rule).
 _NAME = re.compile(r"^[a-z0-9]{1,20}$")
 _DATA_MEMBERS = ("data", "data_base64")
@@ -113,7 +116,7 @@ def binary_event(headers: Iterable[tuple[bytes, bytes]], body: bytes, tags: str 
     if content_type is not None:
         attributes["datacontenttype"] = content_type
     if not body:
-        form = "none"
+        body, form = NO_DATA_BODY, "none"
     elif is_json_type(content_type) and _parses_as_json(body):
         form = "json"
     elif _is_text(content_type, body):
@@ -162,7 +165,7 @@ def _structured(event: Any, where: str, tags: str | None) -> IncomingMessage:
             except binascii.Error:
                 raise CloudEventError(f"{where}data_base64 is not base64") from None
         elif "data" not in event:
-            body, form = b"", "none"
+            body, form = NO_DATA_BODY, "none"
         elif isinstance(event["data"], str) and not is_json_type(attributes.get("datacontenttype")):
             body, form = event["data"].encode(), "text"
         else:
@@ -208,6 +211,11 @@ def _with_data(event: dict[str, Any], body: bytes, form: str) -> dict[str, Any]:
     elif form == "base64":
         event["data_base64"] = base64.b64encode(body).decode("ascii")
     return event
+
+
+def topic_source(base_url: str, topic: str) -> str:
+    """The ``source`` of a message that did not come in as an event: the broker's URL of its topic."""
+    return f"{base_url.rstrip('/')}/v1/topics/{quote(topic, safe='')}"
 
 
 def render_cloudevent(message: dict[str, Any], topic_url: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ client); otherwise nothing is committed. The stream itself is :mod:`app.api.even
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Literal
 
 import orjson
@@ -25,6 +26,7 @@ from app.api.event_stream import EventStream, Render, StreamPlan
 from app.api.topics import BrokerDep, TopicName
 from app.broker import Broker, parse_start
 from app.broker.filters import filter_of
+from app.cloudevents import render_cloudevent, topic_source
 from app.codec import record_to_json
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.filter import FilterExpressionError
@@ -52,9 +54,17 @@ _STREAM_DOC = {
 def render_message(record: memoryview) -> tuple[str, bytes]:
     """The event of a stored message as a JSON pull shows it; its name, its tags."""
     message = record_to_json(record)
-    tags: str = message["tags"]
-    name = tags if tags and _EVENT_NAME_FORBIDDEN.isdisjoint(tags) else "message"
-    return name, orjson.dumps(message)
+    return _event_name(message["tags"]), orjson.dumps(message)
+
+
+def render_event(source: str, record: memoryview) -> tuple[str, bytes]:
+    """The event of a stored message as a structured CloudEvent (format=cloudevents)."""
+    message = record_to_json(record)
+    return _event_name(message["tags"]), orjson.dumps(render_cloudevent(message, source))
+
+
+def _event_name(tags: str) -> str:
+    return tags if tags and _EVENT_NAME_FORBIDDEN.isdisjoint(tags) else "message"
 
 
 class EventStreamResponse(Response):
@@ -138,6 +148,12 @@ async def follow_events(
         str | None,
         Query(max_length=4096, description="With filter_type=sql92: an expression over message properties"),
     ] = None,
+    format: Annotated[  # noqa: A002 - the query parameter's name
+        Literal["json", "cloudevents"],
+        Query(
+            description="json (the default): data is the message object; cloudevents: a structured CloudEvent"
+        ),
+    ] = "json",
     last_event_id_query: Annotated[
         str | None,
         Query(
@@ -179,5 +195,7 @@ async def follow_events(
             raise ApiError(ErrorCode.INVALID_CURSOR, f"Last-Event-ID: {exc}") from None
     offsets = start_offsets(broker, topic, queue_ids, start, group, resume)
     render: Render = render_message
+    if format == "cloudevents":
+        render = partial(render_event, topic_source(broker.settings.resolved_advertised_url, topic))
     plan = StreamPlan(topic, offsets, message_filter, render, group, commit)
     return EventStreamResponse(EventStream(broker, plan))

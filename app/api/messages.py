@@ -24,7 +24,9 @@ from app.cloudevents import (
     BINARY_MODE,
     CloudEventError,
     binary_event,
+    render_cloudevent,
     structured_events,
+    topic_source,
 )
 from app.cloudevents import STRUCTURED_MEDIA_TYPE as CLOUDEVENT
 from app.codec import (
@@ -34,6 +36,7 @@ from app.codec import (
     IncomingMessage,
     messages_json,
     parse_batch,
+    record_to_json,
 )
 from app.store import GetMessageResult
 from app.store.filter import FilterExpressionError
@@ -385,7 +388,15 @@ _RECORDS_HEADERS = {
 }
 
 
-def pull_body(result: GetMessageResult, suggest_broker_id: int) -> bytes:
+def pull_body(result: GetMessageResult, suggest_broker_id: int, source: str | None = None) -> bytes:
+    """The JSON pull answer; with ``source`` (format=cloudevents) its messages as structured
+    CloudEvents, ``source`` the one of messages that did not come in as events."""
+    if source is None:
+        messages = orjson.Fragment(messages_json(result.records))
+    else:
+        messages = orjson.Fragment(
+            orjson.dumps([render_cloudevent(record_to_json(record), source) for record in result.records])
+        )
     return orjson.dumps(
         {
             "status": result.status.value,
@@ -393,7 +404,7 @@ def pull_body(result: GetMessageResult, suggest_broker_id: int) -> bytes:
             "min_offset": result.min_offset,
             "max_offset": result.max_offset,
             "suggest_broker_id": suggest_broker_id,
-            "messages": orjson.Fragment(messages_json(result.records)),
+            "messages": messages,
         }
     )
 
@@ -469,6 +480,10 @@ async def pull(
             description="Where a group without a committed offset starts: last, first or a timestamp (ms)",
         ),
     ] = "last",
+    format: Annotated[  # noqa: A002 - the query parameter's name
+        Literal["json", "cloudevents"],
+        Query(description="json (the default): message objects; cloudevents: each a structured CloudEvent"),
+    ] = "json",
 ) -> Response:
     return await pull_answer(
         broker,
@@ -485,6 +500,7 @@ async def pull(
         group,
         commit_offset,
         start,
+        format,
     )
 
 
@@ -503,6 +519,7 @@ async def pull_answer(
     group: str | None = None,
     commit_offset: int | None = None,
     start: str = "last",
+    format: str = "json",  # noqa: A002 - the query parameter's name
 ) -> Response:
     """The answer to a pull whose parameters are valid in type and range (the route's own
     validation, or :mod:`app.api.fast_lane`'s); ApiError for one the broker refuses."""
@@ -529,4 +546,5 @@ async def pull_answer(
         return Response(
             b"".join(result.records), media_type=RECORDS_MEDIA_TYPE, headers=pull_headers(result, suggest)
         )
-    return Response(pull_body(result, suggest), media_type=JSON)
+    source = topic_source(settings.resolved_advertised_url, topic) if format == "cloudevents" else None
+    return Response(pull_body(result, suggest, source), media_type=JSON)
