@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from starlette.types import Receive, Send
 
 from app.api.event_cursor import encode_cursor
-from app.broker import Broker, read_or_hold
+from app.broker import Broker, BrokerError, read_or_hold
 from app.store import GetMessageResult, GetMessageStatus, MessageFilter
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ class _Event:
 
 
 class _ClientGone(Exception):
-    """The client went away, or took nothing for ``sse_send_timeout_s``."""
+    """The connection is to be closed: the client took nothing for ``sse_send_timeout_s``, or a
+    reader failed."""
 
 
 class EventStream:
@@ -80,6 +81,7 @@ class EventStream:
         self._room = asyncio.Event()  # bytes left the queue: readers may read again
         self._readers_left = 0
         self._shutdown = False
+        self._fault: BaseException | None = None  # a reader's unexpected error: the stream ends
 
     async def run(self, receive: Receive, send: Send) -> None:
         await send(
@@ -137,6 +139,11 @@ class EventStream:
                     offset = self._queue_events(queue_id, result)
                 elif result.status not in _WAIT_STATUSES:
                     offset = result.next_offset  # past non-matching messages, or back into range
+        except Exception as exc:
+            # A stream missing a queue would look alive and stay silent: it ends instead, and the
+            # client resumes from its last event.
+            log.exception("event stream of %r: reading queue %d failed", plan.topic, queue_id)
+            self._fault = exc
         finally:
             self._readers_left -= 1
             self._arrived.set()
@@ -168,6 +175,8 @@ class EventStream:
         await self._send(send, b"retry: %d\n\n" % self.retry_ms)
         pending = self._pending
         while True:
+            if self._fault is not None:
+                raise _ClientGone from self._fault
             if not pending:
                 if self._shutdown or self._readers_left == 0:
                     return
@@ -194,9 +203,18 @@ class EventStream:
                 self.queued_bytes -= size
                 self._room.set()
             if self.plan.commit and self.plan.group is not None:
-                # At most once: committed once written, whether or not the client reads it.
-                for queue_id, offset in committed.items():
-                    self.broker.commit_offset(self.plan.group, self.plan.topic, queue_id, offset)
+                self._commit(committed)
+
+    def _commit(self, offsets: dict[int, int]) -> None:
+        """At most once: what was written is committed, whether or not the client reads it."""
+        assert self.plan.group is not None
+        for queue_id, offset in offsets.items():
+            try:
+                self.broker.commit_offset(self.plan.group, self.plan.topic, queue_id, offset)
+            except BrokerError as exc:  # the queue's start passed it (retention): the next commit
+                log.warning(
+                    "event stream of %r: commit on queue %d refused: %s", self.plan.topic, queue_id, exc
+                )
 
     async def _send(self, send: Send, body: bytes) -> None:
         try:
