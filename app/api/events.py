@@ -43,7 +43,23 @@ _STREAM_DOC = {
         "`: ping` comments while nothing happens. It ends when the broker shuts down.",
         "content": {
             EVENT_STREAM: {
-                "schema": {"type": "string"},
+                # Each event of the stream (comments and the retry: block are not events).
+                "schema": {
+                    "type": "object",
+                    "required": ["id", "event", "data"],
+                    "properties": {
+                        "id": {
+                            "type": "string",
+                            "description": "The cursor after this event: send it as Last-Event-ID to resume",
+                        },
+                        "event": {"type": "string", "description": "The message's tags, or message"},
+                        "data": {
+                            "type": "string",
+                            "description": "One line of JSON: the message as a JSON pull shows it, or "
+                            "with format=cloudevents a structured CloudEvent",
+                        },
+                    },
+                },
                 "example": 'retry: 3000\n\nid: AQABAQACAAMA\nevent: TagA\ndata: {"msg_id": "..."}\n\n',
             }
         },
