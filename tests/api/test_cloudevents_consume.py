@@ -108,6 +108,22 @@ def test_events_come_back_from_a_websocket_subscription_as_they_went_in(
         assert socket.next("committed")["offset"] == len(sent)
 
 
+def test_a_nacked_event_comes_again_as_the_same_cloudevent(
+    broker: BrokerProcess, client: httpx.Client
+) -> None:
+    topic = new_topic(client, "ce-nack", queues=1)
+    (sent, *_) = produce_events(client, topic)
+    with WsBroker(broker).subscribe(
+        topic=topic, group="ce-nack", format="cloudevents", credit=10, **{"from": "first"}
+    ) as socket:
+        first = socket.next("messages")
+        socket.send(type="nack", queue_id=0, offset=0)
+        again = socket.next("messages")
+        assert again["format"] == "cloudevents" and again["offsets"] == [0]
+        assert again["messages"] == first["messages"][:1]
+        assert_same(read_back(again["messages"][0]), sent)
+
+
 def test_a_message_produced_without_cloudevents_gets_wharfs_attributes(
     broker: BrokerProcess, client: httpx.Client
 ) -> None:
