@@ -58,7 +58,7 @@ class _Event:
     chunk: bytes  # "event: ...\ndata: ...\n\n", without the id
 
 
-class _ClientGone(Exception):
+class _CloseConnection(Exception):
     """The connection is to be closed: the client took nothing for ``sse_send_timeout_s``, or a
     reader failed."""
 
@@ -176,7 +176,7 @@ class EventStream:
         pending = self._pending
         while True:
             if self._fault is not None:
-                raise _ClientGone from self._fault
+                raise _CloseConnection from self._fault
             if not pending:
                 if self._shutdown or self._readers_left == 0:
                     return
@@ -227,7 +227,7 @@ class EventStream:
                 self.send_timeout_s,
                 self.queued_bytes,
             )
-            raise _ClientGone from None
+            raise _CloseConnection from None
 
     @staticmethod
     async def _watch_disconnect(receive: Receive) -> None:
