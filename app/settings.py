@@ -187,6 +187,15 @@ class Settings(BaseSettings):
     ws_max_frame_bytes: int = Field(1024 * 1024, ge=1024)
     ws_produce_max_frame_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
+    # Server-Sent Events, GET /v1/topics/{topic}/events (README "Server-Sent Events").
+    # A ": ping" comment after this long without an event, so proxies keep the stream open.
+    sse_heartbeat_s: float = Field(15.0, gt=0)
+    sse_retry_ms: int = Field(3_000, ge=0)  # the "retry:" a client waits before it reconnects
+    # Bytes of encoded events a stream may have waiting for, or being handed to, its client.
+    sse_max_queued_bytes: int = Field(1024 * 1024, ge=1024)
+    # A write the client does not take within this long closes the stream.
+    sse_send_timeout_s: float = Field(30.0, gt=0)
+
     # Authentication and ACL (README "Authentication and ACL"): RocketMQ's plain_acl.yml. Empty: off.
     acl_file: str = ""
     acl_reload_interval_ms: int = Field(1_000, ge=0)  # how often a request looks for a changed file

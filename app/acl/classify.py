@@ -281,6 +281,7 @@ RULES: tuple[Rule, ...] = (
     Rule("POST", "/v1/topics/{topic}/messages", produce, "PUB on the topic; admin if it would be created"),
     Rule("GET", "/v1/topics/{topic}/messages", _on_topic(Action.SUB), "SUB on the topic"),
     Rule("GET", "/v1/topics/{topic}/queues/{queue_id}/messages", pull, "SUB on the topic, and on `group`"),
+    Rule("GET", "/v1/topics/{topic}/events", pull, "SUB on the topic, and on `group`"),
     Rule(
         "GET", "/v1/topics/{topic}/queues/{queue_id}/offset", _on_topic(Action.ANY), "PUB or SUB on the topic"
     ),

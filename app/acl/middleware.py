@@ -4,8 +4,9 @@ permission its route needs (app.acl.classify) before the app sees it.
 A refused HTTP request is answered ``401`` (with ``WWW-Authenticate: Basic realm="wharf"``) or
 ``403`` in the error envelope; a refused WebSocket is accepted and closed at once with ``4401`` or
 ``4403`` and the same error code at the start of the reason. Nothing of a refused request reaches
-a route, so it changes nothing. The WebSocket's ``token`` parameter is cut out of the scope's
-query string, which the server logs and the route reads.
+a route, so it changes nothing. The ``token`` parameter of a WebSocket, or of an event stream
+(``GET /v1/topics/{topic}/events``: a browser's EventSource cannot send headers), is cut out of the
+scope's query string, which the server logs and the route reads.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def take_token(scope: Scope) -> str | None:
     if token is not None:
         scope["query_string"] = b"&".join(kept)
     return token
+
+
+def _is_event_stream(scope: Scope) -> bool:
+    path: str = scope["path"]
+    return scope["method"] == "GET" and path.startswith("/v1/topics/") and path.endswith("/events")
 
 
 def _credentials(headers: Headers, token: str | None) -> Credentials | None:
@@ -115,7 +121,7 @@ class AclMiddleware:
             await self.app(scope, receive, send)
             return
         websocket = scope["type"] == "websocket"
-        token = take_token(scope) if websocket else None
+        token = take_token(scope) if websocket or _is_event_stream(scope) else None
         found = match_rule("WEBSOCKET" if websocket else scope["method"], scope["path"])
         if found is not None and found[0].is_open:
             await self.app(scope, receive, send)

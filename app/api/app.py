@@ -12,7 +12,20 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from app.acl import install_acl
-from app.api import admin, cluster, consumers, groups, ha, locks, lookup, messages, pop, topics, transactions
+from app.api import (
+    admin,
+    cluster,
+    consumers,
+    events,
+    groups,
+    ha,
+    locks,
+    lookup,
+    messages,
+    pop,
+    topics,
+    transactions,
+)
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
@@ -157,6 +170,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.router.routes.append(messages.PRODUCE_ROUTE)
     app.router.routes.extend(transactions.END_ROUTES)
     app.include_router(messages.router)
+    app.include_router(events.router)
     app.include_router(topics.router)
     app.include_router(lookup.router)
     app.include_router(cluster.router)

@@ -40,6 +40,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_CURSOR = 40013
     OFFSET_OUT_OF_RANGE = 40014
     INVALID_FILTER_EXPRESSION = 40015
+    INVALID_CLOUDEVENT = 40016
     UNAUTHORIZED = 40101
     FORBIDDEN = 40301
     ORIGIN_NOT_ALLOWED = 40305
@@ -112,6 +113,11 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.INVALID_FILTER_EXPRESSION: (
         "The SQL92 filter expression does not parse; the answer carries the line and column (from 1)"
         " where it goes wrong."
+    ),
+    ErrorCode.INVALID_CLOUDEVENT: (
+        "A CloudEvent is not valid CloudEvents 1.0: a required attribute (specversion, id, source,"
+        " type) is missing or empty, specversion is not 1.0, or an attribute or its data is malformed;"
+        " the message names it."
     ),
     ErrorCode.UNAUTHORIZED: (
         "Credentials are missing or wrong: send Authorization: Basic base64(accessKey:secretKey)"

@@ -182,7 +182,8 @@ class FastLane:
                 if content_type is not None:
                     return None
                 content_type = value
-            elif name == b"transfer-encoding" or name == b"expect":
+            elif name == b"transfer-encoding" or name == b"expect" or name == b"ce-specversion":
+                # A CloudEvent in binary mode: its Content-Type is its data's, not a produce format.
                 return None
         if length is None or length > self.max_request_bytes or content_type is None:
             return None

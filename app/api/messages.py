@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -15,10 +15,21 @@ from app.api import wire
 from app.api.edge import media_type_of
 from app.api.errors import ApiError, ErrorCode
 from app.api.peers import client_born_host
+from app.api.produce_docs import JSON, NDJSON, OCTET_STREAM, PRODUCE_BODY, PRODUCE_PARAMETERS
 from app.api.schemas import ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
 from app.broker import Broker
 from app.broker.filters import filter_of
+from app.cloudevents import BATCH_MEDIA_TYPE as CLOUDEVENTS_BATCH
+from app.cloudevents import (
+    BINARY_MODE,
+    CloudEventError,
+    binary_event,
+    render_cloudevent,
+    structured_events,
+    topic_source,
+)
+from app.cloudevents import STRUCTURED_MEDIA_TYPE as CLOUDEVENT
 from app.codec import (
     BATCH_MEDIA_TYPE,
     RECORDS_MEDIA_TYPE,
@@ -26,64 +37,24 @@ from app.codec import (
     IncomingMessage,
     messages_json,
     parse_batch,
+    record_to_json,
 )
 from app.store import GetMessageResult
 from app.store.filter import FilterExpressionError
 
 router = APIRouter(prefix="/v1/topics", tags=["messages"])
 
-JSON = "application/json"
-NDJSON = "application/x-ndjson"
-OCTET_STREAM = "application/octet-stream"
-
-_PRODUCE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            JSON: {
-                "schema": {
-                    "oneOf": [
-                        {"$ref": "#/components/schemas/ProduceRequest"},
-                        {"$ref": "#/components/schemas/MessageIn"},
-                    ]
-                },
-                "examples": {
-                    "batch": {
-                        "value": {"messages": [{"body": "hello", "tags": "TagA", "keys": ["order-1"]}]}
-                    },
-                    "single": {"value": {"body": "hello", "tags": "TagA"}},
-                },
-            },
-            NDJSON: {
-                "schema": {"type": "string", "description": "One MessageIn JSON object per line."},
-                "example": '{"body": "one"}\n{"body": "two", "tags": "TagB"}\n',
-            },
-            OCTET_STREAM: {
-                "schema": {
-                    "type": "string",
-                    "format": "binary",
-                    "description": "The raw body of one message.",
-                }
-            },
-            BATCH_MEDIA_TYPE: {
-                "schema": {
-                    "type": "string",
-                    "format": "binary",
-                    "description": "Wharf's binary batch (see the README): 'WHB1', count, then per message "
-                    "queue_id, flag, born_timestamp, tags, keys, unique_id, sharding_key, properties, body. "
-                    "A delay is a property: DELAY (level), TIMER_DELAY_MS or TIMER_DELIVER_MS.",
-                }
-            },
-        },
-    }
-}
-
-
-PRODUCE_MEDIA_TYPES = (JSON, NDJSON, OCTET_STREAM, BATCH_MEDIA_TYPE)
+PRODUCE_MEDIA_TYPES = (JSON, NDJSON, OCTET_STREAM, BATCH_MEDIA_TYPE, CLOUDEVENT, CLOUDEVENTS_BATCH)
+_JSON_TYPES = (JSON, NDJSON, CLOUDEVENT, CLOUDEVENTS_BATCH)
+# The header that makes a produce one CloudEvent in binary mode, whatever its Content-Type.
+CLOUDEVENT_HEADER = "ce-specversion"
 
 
 def _media_type(request: Request) -> str:
-    """The body's media type; a missing or unknown one is refused before the body is read (415)."""
+    """The body's media type; a missing or unknown one is refused before the body is read (415).
+    A CloudEvent in binary mode (``ce-specversion``) may be of any type: its data is the body."""
+    if CLOUDEVENT_HEADER in request.headers:
+        return BINARY_MODE
     return produce_media_type(request.headers.get("content-type"))
 
 
@@ -100,7 +71,7 @@ def produce_media_type(content_type: str | None) -> str:
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,
             f"Content-Type {media_type!r} is not accepted: use {', '.join(PRODUCE_MEDIA_TYPES)}",
         )
-    if media_type in (JSON, NDJSON) and charset not in (None, "utf-8", "utf8"):
+    if media_type in _JSON_TYPES and charset not in (None, "utf-8", "utf8"):
         raise ApiError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, f"JSON is read as UTF-8, not {charset!r}")
     return media_type
 
@@ -129,6 +100,21 @@ def _parse_ndjson(raw: bytes) -> list[IncomingMessage]:
     if not messages:
         raise ApiError(ErrorCode.MALFORMED_BODY, "the NDJSON body holds no message")
     return messages
+
+
+def _parse_cloudevents(
+    media_type: str, raw: bytes, query: QueryParams, scope: Scope
+) -> list[IncomingMessage]:
+    """The messages of CloudEvents in binary, structured or batched mode (app.cloudevents)."""
+    tags = _query_text(query, "tags", 1024)
+    try:
+        if media_type == BINARY_MODE:
+            return [binary_event(scope["headers"], raw, tags)]
+        return structured_events(raw, media_type == CLOUDEVENTS_BATCH, tags)
+    except CloudEventError as exc:
+        raise ApiError(ErrorCode.INVALID_CLOUDEVENT, str(exc)) from None
+    except UnicodeDecodeError:
+        raise ApiError(ErrorCode.INVALID_CLOUDEVENT, "a ce- header is not percent-encoded UTF-8") from None
 
 
 def _parse_properties(pairs: list[str]) -> dict[str, str]:
@@ -176,62 +162,11 @@ def _raw_body_message(raw: bytes, query: QueryParams) -> IncomingMessage:
     )
 
 
-def _raw_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
-
-
-# The raw-body fields are read from the query string by hand: declaring them as FastAPI query
-# parameters costs more than the rest of a single-message produce.
-_PRODUCE_PARAMETERS = {
-    "parameters": [
-        _raw_parameter(
-            "tags", "Raw body only: the message's tag", {"type": "string", "minLength": 1, "maxLength": 1024}
-        ),
-        _raw_parameter(
-            "keys",
-            "Raw body only: space-separated keys",
-            {"type": "string", "minLength": 1, "maxLength": 4096},
-        ),
-        _raw_parameter("queue_id", "Raw body only: explicit queue", {"type": "integer", "minimum": 0}),
-        _raw_parameter(
-            "sharding_key", "Raw body only", {"type": "string", "minLength": 1, "maxLength": 1024}
-        ),
-        _raw_parameter("unique_id", "Raw body only", {"type": "string", "minLength": 1, "maxLength": 128}),
-        _raw_parameter(
-            "property",
-            "Raw body only: name:value, repeatable",
-            {"type": "array", "items": {"type": "string"}},
-        ),
-        _raw_parameter(
-            "delay_level",
-            "Raw body only: deliver after level 1-18's delay (1s ... 2h)",
-            {"type": "integer", "minimum": 1, "maximum": 18},
-        ),
-        _raw_parameter(
-            "delay_ms", "Raw body only: deliver this many ms from now", {"type": "integer", "minimum": 0}
-        ),
-        _raw_parameter(
-            "deliver_at_ms", "Raw body only: deliver at this epoch ms", {"type": "integer", "minimum": 0}
-        ),
-        _raw_parameter(
-            "transaction",
-            "Any format: 'begin' stores each message as a half message of its own transaction",
-            {"type": "string", "enum": ["begin"]},
-        ),
-        _raw_parameter(
-            "producer_group",
-            "With transaction=begin: the producer group asked about the transactions left open",
-            {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[a-zA-Z0-9_-]+$"},
-        ),
-    ]
-}
-
-
 @router.post(
     "/{topic}/messages",
     response_model=ProduceResponse,
     summary="Produce messages (JSON, NDJSON, a raw body, or the binary batch)",
-    openapi_extra={**_PRODUCE_BODY, **_PRODUCE_PARAMETERS},
+    openapi_extra={**PRODUCE_BODY, **PRODUCE_PARAMETERS},
 )
 async def produce(topic: TopicName, request: Request) -> Response:
     broker = await get_broker(request)
@@ -264,6 +199,8 @@ async def produce_answer(
             raise ApiError(ErrorCode.MALFORMED_BATCH, str(exc)) from None
     elif media_type == NDJSON:
         batch = _parse_ndjson(raw)
+    elif media_type in (CLOUDEVENT, CLOUDEVENTS_BATCH, BINARY_MODE):
+        batch = _parse_cloudevents(media_type, raw, query, scope)
     else:
         batch = [_raw_body_message(raw, query)]
     if not batch:
@@ -306,7 +243,15 @@ _RECORDS_HEADERS = {
 }
 
 
-def pull_body(result: GetMessageResult, suggest_broker_id: int) -> bytes:
+def pull_body(result: GetMessageResult, suggest_broker_id: int, source: str | None = None) -> bytes:
+    """The JSON pull answer; with ``source`` (format=cloudevents) its messages as structured
+    CloudEvents, ``source`` the one of messages that did not come in as events."""
+    if source is None:
+        messages = orjson.Fragment(messages_json(result.records))
+    else:
+        messages = orjson.Fragment(
+            orjson.dumps([render_cloudevent(record_to_json(record), source) for record in result.records])
+        )
     return orjson.dumps(
         {
             "status": result.status.value,
@@ -314,7 +259,7 @@ def pull_body(result: GetMessageResult, suggest_broker_id: int) -> bytes:
             "min_offset": result.min_offset,
             "max_offset": result.max_offset,
             "suggest_broker_id": suggest_broker_id,
-            "messages": orjson.Fragment(messages_json(result.records)),
+            "messages": messages,
         }
     )
 
@@ -390,6 +335,10 @@ async def pull(
             description="Where a group without a committed offset starts: last, first or a timestamp (ms)",
         ),
     ] = "last",
+    format: Annotated[  # noqa: A002 - the query parameter's name
+        Literal["json", "cloudevents"],
+        Query(description="json (the default): message objects; cloudevents: each a structured CloudEvent"),
+    ] = "json",
 ) -> Response:
     return await pull_answer(
         broker,
@@ -406,6 +355,7 @@ async def pull(
         group,
         commit_offset,
         start,
+        format,
     )
 
 
@@ -424,6 +374,7 @@ async def pull_answer(
     group: str | None = None,
     commit_offset: int | None = None,
     start: str = "last",
+    format: str = "json",  # noqa: A002 - the query parameter's name
 ) -> Response:
     """The answer to a pull whose parameters are valid in type and range (the route's own
     validation, or :mod:`app.api.fast_lane`'s); ApiError for one the broker refuses."""
@@ -450,4 +401,5 @@ async def pull_answer(
         return Response(
             b"".join(result.records), media_type=RECORDS_MEDIA_TYPE, headers=pull_headers(result, suggest)
         )
-    return Response(pull_body(result, suggest), media_type=JSON)
+    source = topic_source(settings.resolved_advertised_url, topic) if format == "cloudevents" else None
+    return Response(pull_body(result, suggest, source), media_type=JSON)

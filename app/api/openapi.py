@@ -33,6 +33,7 @@ ENVELOPE_REF = {"$ref": f"{SCHEMAS}ErrorEnvelope"}
 OPERATION_IDS: dict[str, str] = {
     "produce": "produce",
     "pull": "pullMessages",
+    "follow_events": "followEvents",
     "query_by_key": "queryMessagesByKey",
     "get_message": "getMessage",
     "create_topic": "createTopic",
@@ -116,7 +117,8 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "produce": {
         400: "The body does not parse in its format (40002, 40010), a body does not decode (40003), "
         "is empty (40006), a property is bad (40008), the queue is not one of the topic's (40011), "
-        "the topic name is not valid (40005), or a bad delay, `transaction` or `producer_group` (40012)",
+        "the topic name is not valid (40005), a bad delay, `transaction` or `producer_group` (40012), "
+        "or a CloudEvent lacks a required attribute or is malformed (40016, naming it)",
         404: "The topic does not exist and topics are not created on first produce (40402)",
         409: "The topic's permission forbids producing (40902)",
         413: "A message (41301), its properties (41302) or the request (41303) is too large",
@@ -130,6 +132,12 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         "group (40001)",
         **_QUEUE,
         409: "The topic's permission forbids pulling (40903)",
+    },
+    "followEvents": {
+        400: "A bad tag filter (40004), SQL92 filter (40015, with its `line` and `column`), `from` "
+        "(40012) or Last-Event-ID (40013), or commit without a group (40001)",
+        **_QUEUE,
+        409: "The topic's permission forbids reading (40903)",
     },
     "queryMessagesByKey": {400: "`end` is before `begin` (40012)", **_TOPIC},
     "getMessage": {

@@ -71,6 +71,25 @@ SERVED: list[Request] = [
     ("POST", "/v1/topics/bad%20name/messages", JSON, b'{"body": "x"}'),
     ("POST", f"/v1/topics/{'t' * 255}/messages", JSON, b'{"body": "x"}'),
     ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": BATCH_MEDIA_TYPE}, b"WHB1 broken"),
+    # CloudEvents in structured and batched modes (app.cloudevents).
+    (
+        "POST",
+        f"/v1/topics/{OTHER}/messages",
+        {"content-type": "application/cloudevents+json"},
+        b'{"specversion": "1.0", "id": "e-1", "source": "/lane", "type": "t.a", "subject": "s", "data": {"n": 1}}',
+    ),
+    (
+        "POST",
+        f"/v1/topics/{OTHER}/messages?tags=T",
+        {"content-type": "application/cloudevents-batch+json"},
+        b'[{"specversion": "1.0", "id": "e-2", "source": "/lane", "type": "t.b", "data_base64": "AAE="}]',
+    ),
+    (
+        "POST",
+        f"/v1/topics/{OTHER}/messages",
+        {"content-type": "application/cloudevents+json"},
+        b'{"specversion": "1.0", "id": "e-3", "type": "t.a"}',
+    ),
     # Every body type produce takes, and the query parameters a raw body's fields come from.
     (
         "POST",
@@ -128,6 +147,25 @@ LEFT: list[Request] = [
     ),
     ("POST", f"/v1/topics/{TOPIC}/messages", {"content-type": "text/plain"}, b'{"body": "x"}'),
     ("POST", f"/v1/topics/{TOPIC}/messages", {}, b'{"body": "x"}'),
+    # A CloudEvent in binary mode: its Content-Type is its data's (app.cloudevents).
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages",
+        {
+            "content-type": "application/json",
+            "ce-specversion": "1.0",
+            "ce-id": "b-1",
+            "ce-source": "/l",
+            "ce-type": "t",
+        },
+        b'{"n": 2}',
+    ),
+    (
+        "POST",
+        f"/v1/topics/{TOPIC}/messages",
+        {"content-type": "text/plain", "ce-specversion": "1.0", "ce-id": "b-2", "ce-type": "t"},
+        b"no source",
+    ),
     ("POST", f"/v1/topics/{'t' * 256}/messages", JSON, b'{"body": "x"}'),
     ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=-1", {}, b""),
     ("GET", f"/v1/topics/{TOPIC}/queues/0/messages?max_messages=0", {}, b""),

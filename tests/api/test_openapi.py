@@ -23,6 +23,7 @@ OPERATION_IDS = {
     ("post", "/v1/topics/{topic}/messages"): "produce",
     ("get", "/v1/topics/{topic}/messages"): "queryMessagesByKey",
     ("get", "/v1/topics/{topic}/queues/{queue_id}/messages"): "pullMessages",
+    ("get", "/v1/topics/{topic}/events"): "followEvents",
     ("post", "/v1/topics"): "createTopic",
     ("get", "/v1/topics"): "listTopics",
     ("get", "/v1/topics/{topic}"): "getTopic",
@@ -72,6 +73,8 @@ PRODUCE_MEDIA_TYPES = {
     "application/x-ndjson",
     "application/octet-stream",
     "application/vnd.wharf.batch",
+    "application/cloudevents+json",
+    "application/cloudevents-batch+json",
 }
 
 

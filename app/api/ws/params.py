@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.api.errors import ApiError, ErrorCode
-from app.api.ws.protocol import wants_binary
 from app.broker import Broker, parse_start
 from app.broker.filters import FilterExpression, filter_of
 from app.store import MessageFilter
 from app.store.consumer_offsets import ConsumeFromWhere
 from app.store.filter import FilterExpressionError
 
+SUBSCRIBE_FORMATS = ("json", "binary", "cloudevents")
 GROUP_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 
 
@@ -29,6 +29,7 @@ class SubscribeParams:
     read_queues: int
     expression: FilterExpression = FilterExpression.tags()  # the filter as given
     binary: bool = False  # format=binary: messages frames carry the stored records
+    cloudevents: bool = False  # format=cloudevents: messages frames carry structured CloudEvents
 
 
 def _integer(name: str, raw: str) -> int:
@@ -67,6 +68,11 @@ async def parse_subscribe(query: Mapping[str, str], broker: Broker) -> Subscribe
                     ErrorCode.QUEUE_NOT_FOUND,
                     f"topic {topic!r} has read queues 0..{config.read_queue_nums - 1}, not {queue_id}",
                 )
+    wanted = query.get("format", "json")
+    if wanted not in SUBSCRIBE_FORMATS:
+        raise ApiError(
+            ErrorCode.INVALID_PARAMETER, f"format must be json, binary or cloudevents, not {wanted[:50]!r}"
+        )
     credit = _integer("credit", query.get("credit", "0"))
     limit = broker.settings.ws_max_credit
     if credit > limit:
@@ -81,7 +87,8 @@ async def parse_subscribe(query: Mapping[str, str], broker: Broker) -> Subscribe
         credit,
         config.read_queue_nums,
         expression,
-        wants_binary(query),
+        wanted == "binary",
+        wanted == "cloudevents",
     )
 
 

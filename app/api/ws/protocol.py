@@ -56,7 +56,7 @@ INTERNAL = 4500
 BOUND_CLOSES = (POLICY_VIOLATION, MESSAGE_TOO_BIG, TRY_AGAIN_LATER)
 
 DEFAULT_CLOSE_TIMEOUT_S = 10.0  # before the settings are known (the broker is starting)
-FORMATS = ("json", "binary")  # the ``format`` parameter of both sockets
+FORMATS = ("json", "binary")  # the ``format`` of produce (subscribe takes cloudevents too: params.py)
 MAX_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes, 2 of them the code
 
 

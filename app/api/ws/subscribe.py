@@ -25,11 +25,18 @@ import asyncio
 import itertools
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, WebSocket
 
 from app.api.errors import ErrorCode
 from app.api.ws.cursor import QueueCursor
-from app.api.ws.frames import messages_frame, records_frame, redelivered_record
+from app.api.ws.frames import (
+    cloudevents_frame,
+    cloudevents_json,
+    messages_frame,
+    records_frame,
+    redelivered_record,
+)
 from app.api.ws.going_away import websocket_sessions
 from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
@@ -44,6 +51,7 @@ from app.api.ws.protocol import (
 from app.api.ws.sender import FrameSender
 from app.broker import Broker, read_or_hold
 from app.broker.dead_letter import max_reconsume_times, send_to_dead_letter
+from app.cloudevents import render_cloudevent, topic_source
 from app.codec import as_consumed, record_to_json
 from app.store import GetMessageStatus
 
@@ -83,6 +91,7 @@ class Subscription:
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._grouped = params.group is not None and params.queues is None
+        self.source = topic_source(settings.resolved_advertised_url, params.topic)  # format=cloudevents
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -366,6 +375,15 @@ class Subscription:
                 # cannot both spend the same credit or the same byte room.
                 if self.params.binary:
                     frame, sent = records_frame(result.records, self.sender.room_bytes())
+                elif self.params.cloudevents:
+                    frame, sent = cloudevents_frame(
+                        topic,
+                        queue_id,
+                        result.records,
+                        result.queue_offsets,
+                        self.sender.room_bytes(),
+                        self.source,
+                    )
                 else:
                     frame, sent = messages_frame(topic, queue_id, result.records, self.sender.room_bytes())
                 offsets = result.queue_offsets[:sent]
@@ -403,6 +421,12 @@ class Subscription:
         # As its first delivery showed it (messages_frame): under its original topic when it comes
         # from a retry topic.
         message = as_consumed(record_to_json(result.records[0]))
+        if self.params.cloudevents:
+            event = orjson.dumps(render_cloudevent(message, self.source))
+            await self.sender.send_encoded(
+                cloudevents_json(self.params.topic, cursor.queue_id, [offset], [event])
+            )
+            return
         message["reconsume_times"] += nacks
         await self.sender.send(
             {
