@@ -39,6 +39,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/topics/{topic}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Follow a topic as Server-Sent Events (curl -N, EventSource) */
+        get: operations["followEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/topics": {
         parameters: {
             query?: never;
@@ -853,6 +870,7 @@ export interface components {
          *     - `40013` INVALID_CURSOR: The cursor is not a next_cursor this list answered.
          *     - `40014` OFFSET_OUT_OF_RANGE: A committed offset is outside the queue's [min_offset, max_offset]; nothing was committed. The answer carries topic, queue_id, min_offset and max_offset.
          *     - `40015` INVALID_FILTER_EXPRESSION: The SQL92 filter expression does not parse; the answer carries the line and column (from 1) where it goes wrong.
+         *     - `40016` INVALID_CLOUDEVENT: A CloudEvent is not valid CloudEvents 1.0: a required attribute (specversion, id, source, type) is missing or empty, specversion is not 1.0, or an attribute or its data is malformed; the message names it.
          *     - `40101` UNAUTHORIZED: Credentials are missing or wrong: send Authorization: Basic base64(accessKey:secretKey) (a WebSocket may send ?token=base64url(accessKey:secretKey) instead).
          *     - `40301` FORBIDDEN: The account lacks the permission the request needs (ACL); nothing was changed.
          *     - `40305` ORIGIN_NOT_ALLOWED: A WebSocket handshake came from a web page whose Origin is neither the broker's own nor one of WHARF_CORS_ORIGINS.
@@ -900,7 +918,7 @@ export interface components {
          *     - `50701` DISK_FULL: The store's disk is over its refuse-writes ratio or has no room for a new segment: nothing of the request was stored; writes are accepted again once space returns, reads keep working.
          * @enum {integer}
          */
-        ErrorCode: 40001 | 40002 | 40003 | 40004 | 40005 | 40006 | 40007 | 40008 | 40009 | 40010 | 40011 | 40012 | 40013 | 40014 | 40015 | 40101 | 40301 | 40305 | 40401 | 40402 | 40403 | 40404 | 40405 | 40406 | 40407 | 40408 | 40410 | 40501 | 40601 | 40801 | 40810 | 40811 | 40901 | 40902 | 40903 | 40904 | 40905 | 40906 | 40910 | 40920 | 40930 | 40940 | 41301 | 41302 | 41303 | 41304 | 41310 | 41401 | 41501 | 42101 | 42201 | 42901 | 43101 | 50001 | 50301 | 50302 | 50303 | 50304 | 50305 | 50701;
+        ErrorCode: 40001 | 40002 | 40003 | 40004 | 40005 | 40006 | 40007 | 40008 | 40009 | 40010 | 40011 | 40012 | 40013 | 40014 | 40015 | 40016 | 40101 | 40301 | 40305 | 40401 | 40402 | 40403 | 40404 | 40405 | 40406 | 40407 | 40408 | 40410 | 40501 | 40601 | 40801 | 40810 | 40811 | 40901 | 40902 | 40903 | 40904 | 40905 | 40906 | 40910 | 40920 | 40930 | 40940 | 41301 | 41302 | 41303 | 41304 | 41310 | 41401 | 41501 | 42101 | 42201 | 42901 | 43101 | 50001 | 50301 | 50302 | 50303 | 50304 | 50305 | 50701;
         /**
          * ErrorEnvelope
          * @example {
@@ -2348,7 +2366,7 @@ export interface operations {
     produce: {
         parameters: {
             query?: {
-                /** @description Raw body only: the message's tag */
+                /** @description Raw body or CloudEvents: the message's tag (a CloudEvent's default: its type) */
                 tags?: string;
                 /** @description Raw body only: space-separated keys */
                 keys?: string;
@@ -2371,7 +2389,20 @@ export interface operations {
                 /** @description With transaction=begin: the producer group asked about the transactions left open */
                 producer_group?: string;
             };
-            header?: never;
+            header?: {
+                /** @description CloudEvents binary mode: the event's specversion (ce-specversion makes the request one event, its body the data and its Content-Type the datacontenttype) */
+                "ce-specversion"?: string;
+                /** @description CloudEvents binary mode: the event's id (ce-specversion makes the request one event, its body the data and its Content-Type the datacontenttype) */
+                "ce-id"?: string;
+                /** @description CloudEvents binary mode: the event's source (ce-specversion makes the request one event, its body the data and its Content-Type the datacontenttype) */
+                "ce-source"?: string;
+                /** @description CloudEvents binary mode: the event's type (ce-specversion makes the request one event, its body the data and its Content-Type the datacontenttype) */
+                "ce-type"?: string;
+                /** @description CloudEvents binary mode: the event's subject (ce-specversion makes the request one event, its body the data and its Content-Type the datacontenttype) */
+                "ce-subject"?: string;
+                /** @description CloudEvents binary mode: the event's time (ce-specversion makes the request one event, its body the data and its Content-Type the datacontenttype) */
+                "ce-time"?: string;
+            };
             path: {
                 /** @description Topic name */
                 topic: string;
@@ -2387,6 +2418,32 @@ export interface operations {
                  */
                 "application/x-ndjson": string;
                 "application/octet-stream": string;
+                /**
+                 * @example {
+                 *       "specversion": "1.0",
+                 *       "id": "A234-1234-1234",
+                 *       "source": "/orders",
+                 *       "type": "com.example.order.created",
+                 *       "data": {
+                 *         "order": 1
+                 *       }
+                 *     }
+                 */
+                "application/cloudevents+json": {
+                    /** @enum {string} */
+                    specversion: "1.0";
+                    id: string;
+                    source: string;
+                    type: string;
+                    subject?: string;
+                    time?: string;
+                    datacontenttype?: string;
+                    dataschema?: string;
+                    data?: unknown;
+                    data_base64?: string;
+                };
+                /** @example [{"specversion": "1.0", "id": "1", "source": "/orders", "type": "created"}] */
+                "application/cloudevents-batch+json": string;
                 "application/vnd.wharf.batch": string;
             };
         };
@@ -2400,7 +2457,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProduceResponse"];
                 };
             };
-            /** @description The body does not parse in its format (40002, 40010), a body does not decode (40003), is empty (40006), a property is bad (40008), the queue is not one of the topic's (40011), the topic name is not valid (40005), or a bad delay, `transaction` or `producer_group` (40012) */
+            /** @description The body does not parse in its format (40002, 40010), a body does not decode (40003), is empty (40006), a property is bad (40008), the queue is not one of the topic's (40011), the topic name is not valid (40005), a bad delay, `transaction` or `producer_group` (40012), or a CloudEvent lacks a required attribute or is malformed (40016, naming it) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2549,6 +2606,8 @@ export interface operations {
                 commit_offset?: number | null;
                 /** @description Where a group without a committed offset starts: last, first or a timestamp (ms) */
                 from?: string;
+                /** @description json (the default): message objects; cloudevents: each a structured CloudEvent */
+                format?: "json" | "cloudevents";
             };
             header?: never;
             path: {
@@ -2620,6 +2679,155 @@ export interface operations {
                 };
             };
             /** @description The topic's permission forbids pulling (40903) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description This broker does not host the topic: `brokers` (and `Location`) name those that do. Codes: 42101 MISDIRECTED */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    followEvents: {
+        parameters: {
+            query?: {
+                /** @description Only this queue (default: every read queue) */
+                queue_id?: number | null;
+                /** @description Where to start: last, first or a timestamp (ms); with `group`, where a queue without a committed offset starts */
+                from?: string;
+                /** @description Start at this group's committed offsets */
+                group?: string | null;
+                /** @description With `group`: commit its offsets as events are written (at most once) */
+                commit?: boolean;
+                /** @description Tag filter: 'TagA || TagB' or '*' */
+                tags?: string | null;
+                /** @description tag (the default: tags or filter is a tag expression) or sql92 */
+                filter_type?: ("tag" | "sql92") | null;
+                /** @description With filter_type=sql92: an expression over message properties */
+                filter?: string | null;
+                /** @description json (the default): data is the message object; cloudevents: a structured CloudEvent */
+                format?: "json" | "cloudevents";
+                /** @description Resume after this event (for clients that cannot send Last-Event-ID) */
+                last_event_id?: string | null;
+            };
+            header?: {
+                /** @description Resume after this event */
+                "Last-Event-ID"?: string | null;
+            };
+            path: {
+                /** @description Topic name */
+                topic: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream: first `retry:`, then per message `id:` (the cursor to resume after it), `event:` (its tags, or `message`) and `data:` (the message on one line); `: ping` comments while nothing happens. It ends when the broker shuts down. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example retry: 3000
+                     *
+                     *     id: AQABAQACAAMA
+                     *     event: TagA
+                     *     data: {"msg_id": "..."}
+                     */
+                    "text/event-stream": {
+                        /** @description The cursor after this event: send it as Last-Event-ID to resume */
+                        id: string;
+                        /** @description The message's tags, or message */
+                        event: string;
+                        /** @description One line of JSON: the message as a JSON pull shows it, or with format=cloudevents a structured CloudEvent */
+                        data: string;
+                    };
+                };
+            };
+            /** @description A bad tag filter (40004), SQL92 filter (40015, with its `line` and `column`), `from` (40012) or Last-Event-ID (40013), or commit without a group (40001) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The topic (40402) or the queue (40403) does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The topic's permission forbids reading (40903) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4547,7 +4755,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeadLetterPage"];
                 };
             };
-            /** @description The request is malformed. Codes: 40001 BAD_REQUEST, 40002 MALFORMED_BODY, 40003 INVALID_BODY_ENCODING, 40004 INVALID_TAG_EXPRESSION, 40005 INVALID_TOPIC, 40006 EMPTY_BODY, 40007 INVALID_OFFSET, 40008 INVALID_PROPERTY, 40009 INVALID_MESSAGE_ID, 40010 MALFORMED_BATCH, 40011 INVALID_QUEUE, 40012 INVALID_PARAMETER, 40013 INVALID_CURSOR, 40014 OFFSET_OUT_OF_RANGE, 40015 INVALID_FILTER_EXPRESSION */
+            /** @description The request is malformed. Codes: 40001 BAD_REQUEST, 40002 MALFORMED_BODY, 40003 INVALID_BODY_ENCODING, 40004 INVALID_TAG_EXPRESSION, 40005 INVALID_TOPIC, 40006 EMPTY_BODY, 40007 INVALID_OFFSET, 40008 INVALID_PROPERTY, 40009 INVALID_MESSAGE_ID, 40010 MALFORMED_BATCH, 40011 INVALID_QUEUE, 40012 INVALID_PARAMETER, 40013 INVALID_CURSOR, 40014 OFFSET_OUT_OF_RANGE, 40015 INVALID_FILTER_EXPRESSION, 40016 INVALID_CLOUDEVENT */
             400: {
                 headers: {
                     [name: string]: unknown;
