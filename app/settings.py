@@ -83,6 +83,15 @@ class Settings(BaseSettings):
     # (RocketMQ's suspendCurrentQueueTimeMillis).
     orderly_suspend_ms: int = Field(1000, ge=0, le=3_600_000)
     expiry_scan_interval_s: float = Field(10.0, gt=0)
+    # Push subscriptions (README "Push subscriptions"): endpoints on loopback, link-local or private
+    # addresses are refused unless this is true; at most push_max_subscriptions per broker; a failing
+    # endpoint is tried again after an exponential back-off from push_backoff_min_ms up to
+    # push_backoff_max_ms, and a Retry-After on a 429 or 503 is honoured up to push_retry_after_max_s.
+    push_allow_private: bool = False
+    push_max_subscriptions: int = Field(1000, ge=0, le=100_000)
+    push_backoff_min_ms: int = Field(100, ge=1, le=3_600_000)
+    push_backoff_max_ms: int = Field(60_000, ge=1, le=3_600_000)
+    push_retry_after_max_s: float = Field(3600.0, ge=0, le=86_400)
     database_auto_upgrade: bool = True
     database_timeout_s: float = Field(5.0, gt=0)
 

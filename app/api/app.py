@@ -12,7 +12,20 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from app.acl import install_acl
-from app.api import admin, cluster, consumers, groups, ha, locks, lookup, messages, pop, topics, transactions
+from app.api import (
+    admin,
+    cluster,
+    consumers,
+    groups,
+    ha,
+    locks,
+    lookup,
+    messages,
+    pop,
+    push,
+    topics,
+    transactions,
+)
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers
@@ -26,7 +39,8 @@ from app.broker import Broker
 from app.broker.ha_master import AppendSignal
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
-from app.outbound import HttpOutbound
+from app.outbound import HttpOutbound, HttpPushTransport
+from app.push.service import PushService
 from app.routing.registry import BrokerIdentity, RouteRegistry
 from app.routing.schema import ensure_schema, make_engine
 from app.routing.service import RoutingService
@@ -114,10 +128,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # A master starts delivering delayed messages (what fell due while the broker was down
             # goes out first); a slave writes only what its master sends.
             await broker.ha.start()
+            pushes = PushService(broker, HttpPushTransport())
+            if not broker.is_slave:
+                await pushes.start()
+            app.state.push = pushes
             app.state.broker = broker
             settle_garbage_collector()
             yield
         finally:
+            pushes, app.state.push = app.state.push, None
+            if pushes is not None:
+                await pushes.stop()
             await broker.ha.stop()
             await asyncio.to_thread(broker.delays.stop)
             await holds.stop()
@@ -142,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.broker = None
+    app.state.push = None
     install_error_handlers(app)
     # Middlewares: the last added runs first. The HTTP histogram, CORS, then the edge's limits and
     # Origin check, then the ACL, so that every refusal carries CORS headers and is timed, and the
@@ -165,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(locks.router)
     app.include_router(pop.router)
     app.include_router(transactions.router)
+    app.include_router(push.router)
     app.include_router(admin.router)
     app.include_router(ha.router)
     app.include_router(ws_router)
