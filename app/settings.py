@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.address import is_wildcard, reachable_ipv4
 from app.store.config import FlushMode, StoreConfig
+from app.store.record_format import parse_delay_levels
 
 # StoreConfig's defaults are the one source of every storage default: a storage setting below names
 # its field and adds only its bounds. Every StoreConfig field has a same-named setting, except these,
@@ -144,6 +145,15 @@ class Settings(BaseSettings):
 
     # Consumer offsets (SPEC 4).
     consumer_offset_persist_interval_ms: int = _store_default("consumer_offset_persist_interval_ms", ge=1)
+    # RocketMQ's messageDelayLevel: the 18 delay levels (delayed messages, and a sent-back message's
+    # retry after level 3 + its reconsume times), "1s 5s 10s 30s 1m ... 1h 2h".
+    message_delay_level: str = _store_default("message_delay_level")
+
+    @field_validator("message_delay_level")
+    @classmethod
+    def _check_delay_levels(cls, value: str) -> str:
+        parse_delay_levels(value)
+        return value
 
     # Topics (SPEC 3).
     auto_create_topics: bool = True

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from app.broker import retry
 from app.broker.dead_letter import send_to_dead_letter
 from app.broker.errors import BrokerError
-from app.broker.pull import read_or_hold
 from app.broker.sql92 import compile_sql92
+from app.longpoll.hold import HoldOutcome
 from app.push.request import PushAnswer, PushTransport, build_request, retry_after_s
 from app.push.signing import signed_headers
 from app.push.state import PushState
@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 HOLD_S = 30.0  # a read with nothing new waits this long for a message before it reads again
 QUEUE_SCAN_S = 5.0  # how often the topic's queue count is looked at again
+NOTHING_READ_WAIT_S = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,29 +189,36 @@ class Pusher:
             )
 
     async def _read_and_deliver(self, cursor: QueueCursor) -> None:
+        """Wait (holding no slot) until the queue has something past the cursor, then take a slot,
+        read at most ``batch`` messages and send them."""
         store, holds = self.broker.store, self.broker.holds
-        batch = self.subscription.batch
+        codes = self.filter.codes if self.filter is not None else None
         while not self._stopping.is_set():
-            if (wait_s := self._resume_at - time.monotonic()) > 0:
-                await self._sleep(wait_s)
+            if store.max_offset(cursor.topic, cursor.queue_id) <= cursor.next_read:
+                outcome = await holds.hold(
+                    cursor.topic, cursor.queue_id, cursor.next_read, codes, HOLD_S, wake=self._stopping
+                )
+                if outcome is HoldOutcome.SHUTDOWN:
+                    return
                 continue
             await self._slots.acquire()
-            try:
-                read = await read_or_hold(
-                    store, holds, cursor.topic, cursor.queue_id, cursor.next_read, batch, self.filter,
-                    HOLD_S, wake=self._stopping,
-                )  # fmt: skip
-            except BaseException:
+            # Looked at with the slot held: a request that ended while this waited for the slot
+            # may have set the subscription back.
+            if (wait_s := self._resume_at - time.monotonic()) > 0 or self._stopping.is_set():
                 self._slots.release()
-                raise
-            result = read.result
-            if self._stopping.is_set() or read.shutdown or not result.records:
+                await self._sleep(wait_s)
+                continue
+            result = store.get_message(
+                cursor.topic, cursor.queue_id, cursor.next_read, self.subscription.batch, self.filter
+            )
+            if not result.records:
                 self._slots.release()
-                if not self._stopping.is_set() and not read.shutdown:
-                    cursor.next_read = result.next_offset
-                    self._commit(cursor)
-                if read.shutdown:
-                    return
+                moved = result.next_offset != cursor.next_read
+                cursor.next_read = result.next_offset
+                self._commit(cursor)
+                if not moved:  # nothing readable there yet (a gap being written): look again soon
+                    await self._sleep(NOTHING_READ_WAIT_S)
+                await asyncio.sleep(0)  # a long run of filtered-out messages yields between slices
                 continue
             records = [bytes(record) for record in result.records]
             offsets = list(result.queue_offsets)

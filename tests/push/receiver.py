@@ -21,6 +21,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     number: int  # 0 for the first request the receiver got
+    at: float  # time.monotonic() when it came
 
     @property
     def offset(self) -> tuple[str, int, int]:
@@ -41,6 +42,7 @@ class Receiver:
         self.open_requests = 0
         self.most_open = 0
         self.hang = threading.Event()  # while set, requests get no answer
+        self.hang_from: int | None = None  # requests from this number on get no answer
         self._released = threading.Event()
         self._changed = threading.Condition()
         receiver = self
@@ -52,14 +54,19 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 with receiver._changed:
                     request = Received(
-                        {k.lower(): v for k, v in self.headers.items()}, body, len(receiver.received)
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                        len(receiver.received),
+                        time.monotonic(),
                     )
                     receiver.received.append(request)
                     receiver.open_requests += 1
                     receiver.most_open = max(receiver.most_open, receiver.open_requests)
                     receiver._changed.notify_all()
                 try:
-                    if receiver.hang.is_set():
+                    if receiver.hang.is_set() or (
+                        receiver.hang_from is not None and request.number >= receiver.hang_from
+                    ):
                         receiver._released.wait()
                         return
                     answer = receiver.respond(request)
@@ -81,6 +88,15 @@ class Receiver:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def hang_after(self, answered: int) -> None:
+        """Answer the first ``answered`` requests, then none until :meth:`answer_all`."""
+        self.hang_from = answered
+
+    def answer_all(self) -> None:
+        """Answer every request from now on (those left hanging stay so: their caller is gone)."""
+        self.hang_from = None
+        self.hang.clear()
 
     def wait_for(self, done: Callable[[list[Received]], bool], timeout_s: float = 60.0) -> list[Received]:
         """Wait until ``done`` holds for the requests received (a bound on a failing test, not a timing
