@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from app.broker import retry
 from app.broker.dead_letter import send_to_dead_letter
 from app.broker.errors import BrokerError
-from app.broker.sql92 import compile_sql92
+from app.broker.filters import SQL92, FilterExpression
 from app.longpoll.hold import HoldOutcome
 from app.push.request import PushAnswer, PushTransport, build_request, retry_after_s
 from app.push.signing import signed_headers
@@ -41,7 +41,6 @@ from app.push.state import PushState
 from app.push.subscription import PushSubscription, secret_key
 from app.store import MessageFilter
 from app.store.errors import StoreError
-from app.store.filter import TagFilter
 from app.store.record import StoredMessage, decode_record
 
 if TYPE_CHECKING:
@@ -80,9 +79,10 @@ class QueueCursor:
 
 
 def message_filter(subscription: PushSubscription) -> MessageFilter | None:
+    """The subscription's filter, compiled as a pull's is (a bad expression: 40004 or 40015)."""
     if subscription.filter.sql92 is not None:
-        return compile_sql92(subscription.filter.sql92)
-    return TagFilter.parse(subscription.filter.tags)
+        return FilterExpression(SQL92, subscription.filter.sql92).compile()
+    return FilterExpression.tags(subscription.filter.tags or "*").compile()
 
 
 class Pusher:
