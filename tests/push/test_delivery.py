@@ -89,6 +89,10 @@ def test_a_batch_is_a_json_array_of_message_objects(broker: tuple[BrokerProcess,
         assert bodies == [f"m{i}" for i in range(5)]
         assert all(request.headers["webhook-id"].startswith("batch_") for request in got)
         assert wait_until(lambda: committed(http, "batcher", "batched") == {0: 5}, what="the commit")
+        metrics = http.get("/metrics").text
+        assert 'wharf_push_delivered_total{group="batcher"} 5.0' in metrics
+        assert 'wharf_push_delivery_latency_seconds_count{group="batcher"} 5.0' in metrics
+        assert 'wharf_push_lag{group="batcher"} 0.0' in metrics
 
 
 def test_a_filter_chooses_what_is_pushed_and_skipped_messages_are_committed(

@@ -85,6 +85,12 @@ def test_500s_are_retried_at_the_delay_levels_then_dead_lettered(
             lambda: committed(http, "workers", "%RETRY%workers") == {0: 2}, what="the retry commits"
         )
         assert len(receiver.received) == 3
+        metrics = http.get("/metrics").text
+        assert 'wharf_push_failed_total{group="workers",kind="status"} 3.0' in metrics
+        assert 'wharf_push_retried_total{group="workers"} 2.0' in metrics
+        assert 'wharf_push_dead_lettered_total{group="workers"} 1.0' in metrics
+        assert 'wharf_push_delivered_total{group="workers"} 0.0' in metrics
+        assert 'wharf_push_in_flight{group="workers"} 0.0' in metrics
 
 
 def test_a_timeout_is_a_failure_retried_the_same_way(broker: tuple[BrokerProcess, httpx.Client]) -> None:
