@@ -36,9 +36,9 @@ from app.broker.errors import BrokerError
 from app.broker.filters import SQL92, FilterExpression
 from app.longpoll.hold import HoldOutcome
 from app.push.request import PushAnswer, PushTransport, build_request, retry_after_s
-from app.push.signing import signed_headers
+from app.push.signing import secret_key, signed_headers
 from app.push.state import PushState
-from app.push.subscription import PushSubscription, secret_key
+from app.push.subscription import PushSubscription
 from app.store import MessageFilter
 from app.store.errors import StoreError
 from app.store.record import StoredMessage, decode_record

@@ -8,6 +8,14 @@ import base64
 import hashlib
 import hmac
 
+SECRET_PREFIX = "whsec_"
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key a ``whsec_`` secret stands for (its base64 part, decoded); binascii.Error
+    (a ValueError) for one that is not base64."""
+    return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+
 
 def signature(key: bytes, webhook_id: str, timestamp_s: int, body: bytes) -> str:
     signed = f"{webhook_id}.{timestamp_s}.".encode() + body

@@ -26,8 +26,8 @@ import secrets
 from typing import Any
 
 from app.broker.errors import BadRequestError, InvalidParameterError
+from app.push.signing import SECRET_PREFIX, secret_key
 
-SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 24
 MIN_SECRET_BYTES, MAX_SECRET_BYTES = 24, 64
 MAX_URL_LENGTH = 2048
@@ -84,11 +84,6 @@ class PushSubscription:
 
 def generate_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode("ascii")
-
-
-def secret_key(secret: str) -> bytes:
-    """The HMAC key a ``whsec_`` secret stands for (its base64 part, decoded)."""
-    return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
 
 
 def check_secret(secret: object) -> str:
