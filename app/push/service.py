@@ -86,6 +86,7 @@ class PushService:
 
     async def put(self, group: str, fields: dict[str, Any]) -> tuple[PushSubscription, bool, bool]:
         """Create or change the group's subscription: (it, created, its secret was made here)."""
+        self.broker.refuse_on_slave("a push subscription")
         async with self._changes:
             existing = self.registry.get(group)
             subscription, made_secret = parse_subscription(
