@@ -35,6 +35,11 @@ class Received:
 Answer = int | tuple[int, dict[str, str]]
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # many subscriptions connect at once
+    daemon_threads = True
+
+
 class Receiver:
     def __init__(self, respond: Callable[[Received], Answer] = lambda _: 200) -> None:
         self.respond = respond
@@ -84,8 +89,7 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
