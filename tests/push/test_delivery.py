@@ -68,6 +68,8 @@ def test_a_2xx_acknowledges_and_commits_the_groups_offset(broker: tuple[BrokerPr
         assert shown["in_flight"] == 0
         assert shown["last_success_ms"] is not None
         assert "secret" not in http.get("/v1/groups/billing/push").json()
+        (shown_in_console,) = http.get("/console/api/overview").json()["push"]
+        assert (shown_in_console["group"], shown_in_console["state"]["delivered"]) == ("billing", 3)
         # Acknowledged messages are not delivered again.
         produce(http, "orders", {"body": "four", "queue_id": 1})
         got = receiver.wait_for(lambda received: len(received) >= 4)
