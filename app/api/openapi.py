@@ -189,7 +189,8 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         "private address without WHARF_PUSH_ALLOW_PRIVATE (40012); a bad field, secret or tag (40004) "
         "or SQL92 filter (40015)",
         **_TOPIC,
-        409: "The broker runs as many push subscriptions as it takes (40950)",
+        409: "The group has members pulling (40905), or the broker runs as many push subscriptions as it "
+        "takes (40950)",
     },
     "getPushSubscription": {404: "The group has no push subscription (40405)"},
     "deletePushSubscription": {404: "The group has no push subscription (40405)"},

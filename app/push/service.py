@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from app.broker.errors import BrokerError, TooManyPushSubscriptionsError
+from app.broker.errors import BrokerError, GroupConflictError, TooManyPushSubscriptionsError
 from app.push.endpoint import check_endpoint
 from app.push.pusher import Backoff, Pusher, message_filter
 from app.push.registry import PushRegistry
@@ -93,6 +93,11 @@ class PushService:
                 group, fields, existing.secret if existing else None
             )
             config = await self.broker.topic(subscription.topic)
+            members = self.broker.groups.get(group)
+            if members is not None and members.members:
+                raise GroupConflictError(
+                    f"group {group!r} has members consuming it: a push subscription is a group of its own"
+                )
             message_filter(subscription)  # a SQL92 expression that does not parse is refused here
             await check_endpoint(subscription.url, self.allow_private)
             if existing is None and len(self.registry) >= self.max_subscriptions:

@@ -87,6 +87,19 @@ def test_bad_subscriptions_are_refused_with_the_envelope(
     refused(answer, status, code)
 
 
+def test_a_group_with_members_is_no_push_subscription(http: httpx.Client) -> None:
+    joined = http.post(
+        "/v1/groups/pullers/heartbeat", json={"client_id": "c1", "subscriptions": {"orders": "*"}}
+    )
+    assert joined.status_code == 200, joined.text
+    message = refused(
+        http.put("/v1/groups/pullers/push", json={"topic": "orders", "url": "https://example.com/"}),
+        409,
+        40905,
+    )
+    assert "members" in message
+
+
 def test_unknown_subscriptions_are_404(http: httpx.Client) -> None:
     refused(http.get("/v1/groups/none/push"), 404, 40405)
     refused(http.delete("/v1/groups/none/push"), 404, 40405)
