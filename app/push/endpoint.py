@@ -3,6 +3,10 @@ whose every address is public. Loopback, link-local, private, shared (100.64/10)
 reserved and unspecified addresses are refused - a push would otherwise reach the broker's own
 network (a cloud's metadata service at 169.254.169.254, an admin port on localhost) - unless the
 operator allows them (``WHARF_PUSH_ALLOW_PRIVATE=true``).
+
+The addresses are looked at when a subscription is created or changed, and again by its pusher
+before a request once every :data:`RECHECK_INTERVAL_S` (:class:`EndpointGuard`): a name that comes to
+resolve to a private address later (DNS rebinding) is refused then, each request a failure.
 """
 
 from __future__ import annotations
@@ -10,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import time
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from app.broker.errors import InvalidParameterError
 
 SCHEMES = ("http", "https")
+RECHECK_INTERVAL_S = 60.0
 
 
 def is_public(address: str) -> bool:
@@ -55,3 +62,38 @@ async def check_endpoint(url: str, allow_private: bool) -> None:
                 f"host {host!r} of url resolves to {address}, a loopback, link-local or private "
                 "address: pushes go to public addresses (WHARF_PUSH_ALLOW_PRIVATE=true allows it)"
             )
+
+
+class EndpointGuard:
+    """Whether a subscription's requests may go to its endpoint now: its addresses, looked at again
+    every ``interval_s`` (never with ``allow_private``)."""
+
+    def __init__(
+        self,
+        url: str,
+        allow_private: bool,
+        interval_s: float = RECHECK_INTERVAL_S,
+        check: Callable[[str, bool], Awaitable[None]] = check_endpoint,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = url
+        self.allow_private = allow_private
+        self.interval_s = interval_s
+        self._check = check
+        self._clock = clock
+        self._next_check = 0.0
+        self._refusal: str | None = None
+
+    async def refusal(self) -> str | None:
+        """Why no request may go to the endpoint now, or None."""
+        if self.allow_private:
+            return None
+        now = self._clock()
+        if now >= self._next_check:
+            self._next_check = now + self.interval_s
+            try:
+                await self._check(self.url, False)
+                self._refusal = None
+            except InvalidParameterError as error:
+                self._refusal = error.message
+        return self._refusal

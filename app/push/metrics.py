@@ -3,7 +3,7 @@ thread: each table is copied whole in one step under the GIL):
 
 - ``wharf_push_delivered_total{group}``: messages acknowledged with a 2xx;
 - ``wharf_push_failed_total{group,kind}``: messages of failed requests, by ``kind`` (status,
-  timeout, connect, tls, protocol);
+  timeout, connect, tls, protocol, refused);
 - ``wharf_push_retried_total{group}``, ``wharf_push_dead_lettered_total{group}``: messages sent to
   the retry topic (or retried in place, ordered) and to the dead letters;
 - ``wharf_push_in_flight{group}``, ``wharf_push_lag{group}``: requests waiting for an answer, and

@@ -35,7 +35,8 @@ from app.broker.dead_letter import send_to_dead_letter
 from app.broker.errors import BrokerError
 from app.broker.filters import SQL92, FilterExpression
 from app.longpoll.hold import HoldOutcome
-from app.push.request import PushAnswer, PushTransport, build_request, retry_after_s
+from app.push.endpoint import EndpointGuard
+from app.push.request import FailureKind, PushAnswer, PushTransport, build_request, retry_after_s
 from app.push.signing import secret_key, signed_headers
 from app.push.state import PushState
 from app.push.subscription import PushSubscription
@@ -93,12 +94,14 @@ class Pusher:
         transport: PushTransport,
         persist_offsets: Callable[[], Coroutine[Any, Any, None]],
         backoff: Backoff,
+        guard: EndpointGuard,
     ) -> None:
         self.broker = broker
         self.subscription = subscription
         self.transport = transport
         self.persist_offsets = persist_offsets
         self.backoff = backoff
+        self.guard = guard
         self.state = PushState()
         self.filter = message_filter(subscription)
         self._key = secret_key(subscription.secret)
@@ -321,9 +324,12 @@ class Pusher:
         )
         self.state.in_flight += 1
         try:
-            answer = await self.transport.post(
-                self.subscription.url, request.body, headers, self.subscription.timeout_ms / 1000
-            )
+            if (refused := await self.guard.refusal()) is not None:
+                answer = PushAnswer(None, FailureKind.REFUSED, refused)
+            else:
+                answer = await self.transport.post(
+                    self.subscription.url, request.body, headers, self.subscription.timeout_ms / 1000
+                )
         finally:
             self.state.in_flight -= 1
         self._account(answer, messages)

@@ -55,6 +55,7 @@ class FailureKind(enum.StrEnum):
     CONNECT = "connect"  # refused, unreachable, not resolved
     TLS = "tls"
     PROTOCOL = "protocol"  # a broken answer
+    REFUSED = "refused"  # not sent: the endpoint now resolves to a private address
 
 
 @dataclasses.dataclass(frozen=True)

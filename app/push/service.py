@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from app.broker.errors import BrokerError, GroupConflictError, TooManyPushSubscriptionsError
-from app.push.endpoint import check_endpoint
+from app.push.endpoint import EndpointGuard, check_endpoint
 from app.push.pusher import Backoff, Pusher, message_filter
 from app.push.registry import PushRegistry
 from app.push.request import PushTransport
@@ -78,7 +78,8 @@ class PushService:
         await self.transport.aclose()
 
     async def _run(self, subscription: PushSubscription) -> None:
-        pusher = Pusher(self.broker, subscription, self.transport, self.persist_offsets, self.backoff)
+        guard = EndpointGuard(subscription.url, self.allow_private)
+        pusher = Pusher(self.broker, subscription, self.transport, self.persist_offsets, self.backoff, guard)
         self.pushers[subscription.group] = pusher
         await pusher.start()
 

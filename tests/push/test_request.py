@@ -11,7 +11,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from app.broker.errors import InvalidParameterError
-from app.push.endpoint import check_endpoint, is_public
+from app.push.endpoint import EndpointGuard, check_endpoint, is_public
 from app.push.request import build_request, retry_after_s
 from app.push.signing import secret_key, signed_headers
 from app.push.subscription import generate_secret
@@ -144,3 +144,36 @@ def test_private_addresses_pass_with_the_setting_only() -> None:
     asyncio.run(check_endpoint("http://127.0.0.1:9000/hook", allow_private=True))
     with pytest.raises(InvalidParameterError, match="WHARF_PUSH_ALLOW_PRIVATE"):
         asyncio.run(check_endpoint("http://127.0.0.1:9000/hook", allow_private=False))
+
+
+def test_the_guard_looks_at_the_endpoint_again_once_per_interval() -> None:
+    now = [0.0]
+    private = [False]
+    checks: list[str] = []
+
+    async def check(url: str, allow_private: bool) -> None:
+        checks.append(url)
+        if private[0]:
+            raise InvalidParameterError("host 'hooks.example' of url resolves to 10.0.0.1, a private address")
+
+    guard = EndpointGuard("https://hooks.example/", False, interval_s=60, check=check, clock=lambda: now[0])
+
+    async def refusals() -> list[str | None]:
+        found = [await guard.refusal()]
+        private[0] = True  # the name now resolves to a private address (DNS rebinding)
+        now[0] = 59.0
+        found.append(await guard.refusal())  # not looked at again yet
+        now[0] = 60.0
+        found.append(await guard.refusal())
+        private[0] = False
+        now[0] = 120.0
+        found.append(await guard.refusal())
+        return found
+
+    first, before, after, back = asyncio.run(refusals())
+    assert (first, before, back) == (None, None, None)
+    assert after is not None and "private" in after
+    assert len(checks) == 3
+    allowed = EndpointGuard("http://127.0.0.1/", True, check=check)
+    assert asyncio.run(allowed.refusal()) is None
+    assert len(checks) == 3
