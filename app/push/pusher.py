@@ -138,11 +138,15 @@ class Pusher:
                 await task
 
     def lag(self) -> int:
+        """Messages of the subscription's queues past the group's committed offsets (paused too)."""
         store = self.broker.store
-        return sum(
-            max(0, store.max_offset(cursor.topic, cursor.queue_id) - cursor.committed)
-            for cursor in self._cursors.values()
-        )
+        offsets = store.consumer_offsets
+        total = 0
+        for topic, queue_id in self._queues():
+            committed = offsets.query(self.group, topic, queue_id)
+            base = committed if committed >= 0 else store.min_offset(topic, queue_id)
+            total += max(0, store.max_offset(topic, queue_id) - base)
+        return total
 
     # -- the queues ------------------------------------------------------------------------------
 

@@ -84,6 +84,7 @@ def test_a_batch_is_a_json_array_of_message_objects(broker: tuple[BrokerProcess,
     with Receiver(respond=lambda _: 204) as receiver:
         subscribe(http, "batcher", topic="batched", url=receiver.url, batch=10, paused=True)
         produce(http, "batched", *({"body": f"m{i}"} for i in range(5)))
+        assert state(http, "batcher")["lag"] == 5  # paused: the messages wait in the queue
         subscribe(http, "batcher", topic="batched", url=receiver.url, batch=10)
         got = receiver.wait_for(lambda received: sum(int(r.headers["wharf-count"]) for r in received) >= 5)
         assert got[0].headers["content-type"] == "application/json"
