@@ -64,6 +64,7 @@ class PushError(BaseModel):
 class PushState(BaseModel):
     running: bool
     lag: int | None = None
+    held_messages: int | None = Field(None, description="Messages read and not yet acknowledged or sent back")
     in_flight: int | None = None
     delivered: int | None = None
     failed: int | None = None

@@ -137,6 +137,10 @@ class Pusher:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    def held_messages(self) -> int:
+        """Messages read from the queues and not yet done with: what the subscription holds in memory."""
+        return sum(len(cursor.in_flight) for cursor in list(self._cursors.values()))
+
     def lag(self) -> int:
         """Messages of the subscription's queues past the group's committed offsets (paused too)."""
         store = self.broker.store

@@ -136,6 +136,7 @@ class PushService:
             fields["state"] = {
                 "running": not subscription.paused,
                 "lag": pusher.lag(),
+                "held_messages": pusher.held_messages(),
                 **pusher.state.as_json(),
             }
         return fields
