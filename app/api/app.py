@@ -128,9 +128,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # A master starts delivering delayed messages (what fell due while the broker was down
             # goes out first); a slave writes only what its master sends.
             await broker.ha.start()
+            # A slave's pushers wait: they start reading if it is promoted.
             pushes = PushService(broker, HttpPushTransport())
-            if not broker.is_slave:
-                await pushes.start()
+            await pushes.start()
             app.state.push = pushes
             app.state.broker = broker
             settle_garbage_collector()

@@ -120,7 +120,7 @@ class Pusher:
     async def start(self) -> None:
         if self.subscription.paused:
             return
-        if not self.subscription.ordered:
+        if not self.subscription.ordered and not self.broker.is_slave:
             await retry.ensure_retry_topic(self.broker, self.group)
         self._supervisor = asyncio.create_task(self._supervise(), name=f"push {self.group}")
 
@@ -163,8 +163,12 @@ class Pusher:
         return queues
 
     async def _supervise(self) -> None:
-        """Start a loop for every queue, and for queues the topic gains later."""
+        """Start a loop for every queue, and for queues the topic gains later; on a slave none
+        (a slave promoted to master starts them at its next look)."""
         while not self._stopping.is_set():
+            if self.broker.is_slave:
+                await self._sleep(QUEUE_SCAN_S)
+                continue
             for topic, queue_id in self._queues():
                 if (topic, queue_id) not in self._cursors:
                     cursor = self._cursors[topic, queue_id] = self._open_cursor(topic, queue_id)
@@ -205,6 +209,9 @@ class Pusher:
         store, holds = self.broker.store, self.broker.holds
         codes = self.filter.codes if self.filter is not None else None
         while not self._stopping.is_set():
+            if self.broker.is_slave:  # demoted: the new master pushes
+                await self._sleep(QUEUE_SCAN_S)
+                continue
             if store.max_offset(cursor.topic, cursor.queue_id) <= cursor.next_read:
                 outcome = await holds.hold(
                     cursor.topic, cursor.queue_id, cursor.next_read, codes, HOLD_S, wake=self._stopping
