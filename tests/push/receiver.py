@@ -4,11 +4,13 @@ what the test's ``respond`` says (a status, and headers), or never answers while
 from __future__ import annotations
 
 import dataclasses
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -41,7 +43,9 @@ class _Server(ThreadingHTTPServer):
 
 
 class Receiver:
-    def __init__(self, respond: Callable[[Received], Answer] = lambda _: 200) -> None:
+    def __init__(
+        self, respond: Callable[[Received], Answer] = lambda _: 200, tls: tuple[Path, Path] | None = None
+    ) -> None:
         self.respond = respond
         self.received: list[Received] = []
         self.open_requests = 0
@@ -90,7 +94,13 @@ class Receiver:
                 pass
 
         self.server = _Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        scheme = "http"
+        if tls is not None:  # (certificate, key): an https endpoint
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}/hook"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def hang_after(self, answered: int) -> None:

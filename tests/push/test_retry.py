@@ -5,12 +5,14 @@ Retry-After on a 429 or 503 holds the subscription's requests back."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.api.server import BrokerProcess
+from tests.api.server import BrokerProcess, free_port
 from tests.push.receiver import (
     Received,
     Receiver,
@@ -134,17 +136,49 @@ def test_a_2xx_after_failures_is_the_end_of_it(broker: tuple[BrokerProcess, http
         assert len(receiver.received) == 2
 
 
-def test_retry_after_on_a_503_holds_the_next_request_back(broker: tuple[BrokerProcess, httpx.Client]) -> None:
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_holds_the_next_request_back(
+    broker: tuple[BrokerProcess, httpx.Client], status: int
+) -> None:
     _, http = broker
-    assert http.post("/v1/topics", json={"name": "busy", "queues": 1}).status_code == 201
+    topic, group = f"busy-{status}", f"polite-{status}"
+    assert http.post("/v1/topics", json={"name": topic, "queues": 1}).status_code == 201
 
     def respond(request: Received) -> int | tuple[int, dict[str, str]]:
-        return (503, {"retry-after": "2"}) if request.number == 0 else 200
+        return (status, {"retry-after": "2"}) if request.number == 0 else 200
 
     with Receiver(respond=respond) as receiver:
-        subscribe(http, "polite", topic="busy", url=receiver.url, max_in_flight=1, paused=True)
-        produce(http, "busy", {"body": "a"}, {"body": "b"})
-        subscribe(http, "polite", topic="busy", url=receiver.url, max_in_flight=1)
+        subscribe(http, group, topic=topic, url=receiver.url, max_in_flight=1, paused=True)
+        produce(http, topic, {"body": "a"}, {"body": "b"})
+        subscribe(http, group, topic=topic, url=receiver.url, max_in_flight=1)
         got = receiver.wait_for(lambda received: len(received) >= 2)
         # Whatever came second came no sooner than the endpoint asked.
         assert got[1].at - got[0].at >= 2.0
+
+
+def test_a_refused_connection_and_a_tls_failure_are_failures_of_their_kind(
+    broker: tuple[BrokerProcess, httpx.Client], tmp_path: Path
+) -> None:
+    _, http = broker
+    assert http.post("/v1/topics", json={"name": "unreachable", "queues": 1}).status_code == 201
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    with Receiver(tls=(cert, key)) as untrusted:
+        closed = f"http://127.0.0.1:{free_port()}/hook"
+        subscribe(http, "nobody-home", topic="unreachable", url=closed, max_reconsume_times=0)
+        subscribe(http, "self-signed", topic="unreachable", url=untrusted.url, max_reconsume_times=0)
+        produce(http, "unreachable", {"body": "x"})
+        refused = wait_until(
+            lambda: (found := state(http, "nobody-home"))["dead_lettered"] == 1 and found, what="dlq"
+        )
+        assert refused["failed_by_kind"] == {"connect": 1}
+        untrusted_state = wait_until(
+            lambda: (found := state(http, "self-signed"))["dead_lettered"] == 1 and found, what="dlq"
+        )
+        assert untrusted_state["failed_by_kind"] == {"tls": 1}
+        assert untrusted.received == []  # the certificate is not trusted: nothing was sent
