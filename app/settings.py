@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.address import is_wildcard, reachable_ipv4
 from app.store.config import FlushMode, StoreConfig
+from app.store.record_format import parse_delay_levels
 
 # StoreConfig's defaults are the one source of every storage default: a storage setting below names
 # its field and adds only its bounds. Every StoreConfig field has a same-named setting, except these,
@@ -83,6 +84,15 @@ class Settings(BaseSettings):
     # (RocketMQ's suspendCurrentQueueTimeMillis).
     orderly_suspend_ms: int = Field(1000, ge=0, le=3_600_000)
     expiry_scan_interval_s: float = Field(10.0, gt=0)
+    # Push subscriptions (README "Push subscriptions"): endpoints on loopback, link-local or private
+    # addresses are refused unless this is true; at most push_max_subscriptions per broker; a failing
+    # endpoint is tried again after an exponential back-off from push_backoff_min_ms up to
+    # push_backoff_max_ms, and a Retry-After on a 429 or 503 is honoured up to push_retry_after_max_s.
+    push_allow_private: bool = False
+    push_max_subscriptions: int = Field(1000, ge=0, le=100_000)
+    push_backoff_min_ms: int = Field(100, ge=1, le=3_600_000)
+    push_backoff_max_ms: int = Field(60_000, ge=1, le=3_600_000)
+    push_retry_after_max_s: float = Field(3600.0, ge=0, le=86_400)
     database_auto_upgrade: bool = True
     database_timeout_s: float = Field(5.0, gt=0)
 
@@ -135,6 +145,15 @@ class Settings(BaseSettings):
 
     # Consumer offsets (SPEC 4).
     consumer_offset_persist_interval_ms: int = _store_default("consumer_offset_persist_interval_ms", ge=1)
+    # RocketMQ's messageDelayLevel: the 18 delay levels (delayed messages, and a sent-back message's
+    # retry after level 3 + its reconsume times), "1s 5s 10s 30s 1m ... 1h 2h".
+    message_delay_level: str = _store_default("message_delay_level")
+
+    @field_validator("message_delay_level")
+    @classmethod
+    def _check_delay_levels(cls, value: str) -> str:
+        parse_delay_levels(value)
+        return value
 
     # Topics (SPEC 3).
     auto_create_topics: bool = True

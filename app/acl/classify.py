@@ -223,6 +223,13 @@ async def retry_message(view: RequestView, broker: Broker | None) -> Need:
     return _group_need(group)
 
 
+async def push_subscription(view: RequestView, broker: Broker | None) -> Need:
+    """SUB on the group and on the topic the body names (creating or changing a push subscription)."""
+    document = _json_object(await view.body())
+    topic = document.get("topic") if document is not None else None
+    return _group_need(view.path_params["group"], [topic] if isinstance(topic, str) else [])
+
+
 async def on_group(view: RequestView, broker: Broker | None) -> Need:
     return _group_need(view.path_params["group"])
 
@@ -304,6 +311,10 @@ RULES: tuple[Rule, ...] = (
     Rule("PUT", "/v1/groups/{group}/config", Need.admin("changing a group's settings"), "admin"),
     Rule("POST", "/v1/groups/{group}/retry", retry_message, "SUB on the group and on the message's topic"),
     Rule("GET", "/v1/groups/{group}/dlq", on_group, "SUB on the group"),
+    Rule("PUT", "/v1/groups/{group}/push", push_subscription, "SUB on the group and on the body's topic"),
+    Rule("GET", "/v1/groups/{group}/push", on_group, "SUB on the group"),
+    Rule("DELETE", "/v1/groups/{group}/push", on_group, "SUB on the group"),
+    Rule("GET", "/v1/push", Need.admin("listing every group's push subscriptions"), "admin"),
     Rule("POST", "/v1/groups/{group}/dlq/resend", Need.admin("resending dead letters"), "admin"),
     Rule(
         "POST", "/v1/groups/{group}/topics/{topic}/pop", on_group_topic, "SUB on the group and on the topic"

@@ -23,6 +23,7 @@ from app.api import (
     lookup,
     messages,
     pop,
+    push,
     topics,
     transactions,
 )
@@ -39,7 +40,8 @@ from app.broker import Broker
 from app.broker.ha_master import AppendSignal
 from app.console import install_console
 from app.longpoll.hold import PullHoldService
-from app.outbound import HttpOutbound
+from app.outbound import HttpOutbound, HttpPushTransport
+from app.push.service import PushService
 from app.routing.registry import BrokerIdentity, RouteRegistry
 from app.routing.schema import ensure_schema, make_engine
 from app.routing.service import RoutingService
@@ -127,10 +129,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # A master starts delivering delayed messages (what fell due while the broker was down
             # goes out first); a slave writes only what its master sends.
             await broker.ha.start()
+            # A slave's pushers wait: they start reading if it is promoted.
+            pushes = PushService(broker, HttpPushTransport())
+            await pushes.start()
+            app.state.push = pushes
             app.state.broker = broker
             settle_garbage_collector()
             yield
         finally:
+            pushes, app.state.push = app.state.push, None
+            if pushes is not None:
+                await pushes.stop()
             await broker.ha.stop()
             await asyncio.to_thread(broker.delays.stop)
             await holds.stop()
@@ -155,6 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.broker = None
+    app.state.push = None
     install_error_handlers(app)
     # Middlewares: the last added runs first. The HTTP histogram, CORS, then the edge's limits and
     # Origin check, then the ACL, so that every refusal carries CORS headers and is timed, and the
@@ -179,6 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(locks.router)
     app.include_router(pop.router)
     app.include_router(transactions.router)
+    app.include_router(push.router)
     app.include_router(admin.router)
     app.include_router(ha.router)
     app.include_router(ws_router)

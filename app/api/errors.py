@@ -68,6 +68,7 @@ class ErrorCode(enum.IntEnum):
     TRANSACTION_ENDED = 40920
     QUEUE_NOT_LOCKED = 40930
     PROMOTION_REFUSED = 40940
+    TOO_MANY_PUSH_SUBSCRIPTIONS = 40950
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
     REQUEST_TOO_LARGE = 41303
@@ -186,6 +187,10 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
         "The broker is its name's master already, or another broker of its name was promoted first "
         "(the epoch moved on); nothing was changed."
     ),
+    ErrorCode.TOO_MANY_PUSH_SUBSCRIPTIONS: (
+        "A new push subscription would pass the broker's cap on them (WHARF_PUSH_MAX_SUBSCRIPTIONS); "
+        "nothing was created."
+    ),
     ErrorCode.MESSAGE_TOO_LARGE: "A message body is over the maximum message size.",
     ErrorCode.PROPERTIES_TOO_LARGE: "A message's encoded properties are over 32,767 bytes.",
     ErrorCode.REQUEST_TOO_LARGE: (
@@ -301,6 +306,7 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.TransactionEndedError: ErrorCode.TRANSACTION_ENDED,
     broker_errors.TooManyOpenTransactionsError: ErrorCode.TOO_MANY_OPEN_TRANSACTIONS,
     broker_errors.PromotionError: ErrorCode.PROMOTION_REFUSED,
+    broker_errors.TooManyPushSubscriptionsError: ErrorCode.TOO_MANY_PUSH_SUBSCRIPTIONS,
 }
 
 

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.broker.metrics import DURATION_BUCKETS_S, BrokerCollector, BrokerMetrics, DurationHistogram
 from app.broker.metrics_text import broker_series
+from app.push.metrics import PushCollector
 from app.store import MessageStore
 
 router = APIRouter()
@@ -196,6 +197,7 @@ def install_metrics(app: FastAPI) -> BrokerMetrics:
     registry = CollectorRegistry()
     registry.register(BrokerCollector(broker_metrics, store_of))
     registry.register(durations)
+    registry.register(PushCollector(lambda: getattr(app.state, "push", None)))
     app.state.metrics = Exposition(registry, broker_metrics, store_of)
     app.state.http_durations = durations
     app.add_middleware(HttpMetricsMiddleware, durations=durations, routes=app.router.routes)

@@ -75,6 +75,10 @@ OPERATION_IDS: dict[str, str] = {
     "healthz": "getHealth",
     "readyz": "getReadiness",
     "stats": "getStats",
+    "put_push": "putPushSubscription",
+    "get_push_subscription": "getPushSubscription",
+    "delete_push": "deletePushSubscription",
+    "list_push": "listPushSubscriptions",
 }
 
 # Operations open to everyone, whatever the access control says: probes must always answer.
@@ -188,6 +192,17 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "unlockQueues": {},
     "getGroup": {404: "The group has no members, committed offsets or settings (40405)"},
     "setGroupConfig": {},
+    "putPushSubscription": {
+        400: "The url is not http:// or https://, does not resolve, or resolves to a loopback, link-local or "
+        "private address without WHARF_PUSH_ALLOW_PRIVATE (40012); a bad field, secret or tag (40004) "
+        "or SQL92 filter (40015)",
+        **_TOPIC,
+        409: "The group has members pulling (40905), or the broker runs as many push subscriptions as it "
+        "takes (40950)",
+    },
+    "getPushSubscription": {404: "The group has no push subscription (40405)"},
+    "deletePushSubscription": {404: "The group has no push subscription (40405)"},
+    "listPushSubscriptions": {},
     "listDeadLetters": {},
     "resendDeadLetters": {
         400: 'Neither "msg_ids" nor "all": true, or both (40001)',

@@ -18,7 +18,7 @@ import logging
 import struct
 from collections.abc import Callable, Sequence
 
-from app.store import Message, MessageStore
+from app.store import Message, MessageStore, record_format
 from app.store.errors import MessageRejectedError
 from app.store.record import StoredMessage
 from app.store.record_format import (
@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 
-# RocketMQ's messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
+# RocketMQ's messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+# (WHARF_MESSAGE_DELAY_LEVEL changes the delays, never their number).
 MAX_LEVEL = len(LEVEL_DELAYS_MS)
 
 _INT64 = struct.Struct(">q")
@@ -49,7 +50,7 @@ _INT32 = struct.Struct(">i")
 
 def level_due_ms(level: int, store_timestamp: int) -> int:
     """When a message of delay ``level`` stored at ``store_timestamp`` is due."""
-    return store_timestamp + LEVEL_DELAYS_MS[level - 1]
+    return store_timestamp + record_format.LEVEL_DELAYS_MS[level - 1]
 
 
 def record_physical_offset(record: memoryview | bytes) -> int:

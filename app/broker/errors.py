@@ -188,6 +188,10 @@ class TransactionEndedError(BrokerError):
         return {"transaction_id": self.transaction_id, "state": self.state}
 
 
+class TooManyPushSubscriptionsError(BrokerError):
+    """A new push subscription would pass the broker's cap (WHARF_PUSH_MAX_SUBSCRIPTIONS)."""
+
+
 class PromotionError(BrokerError):
     """A promotion that cannot happen: this broker is the master already, or another broker of its
     name was promoted first (the epoch it expected moved on)."""

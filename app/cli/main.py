@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperGroup
 from wharf_client.errors import BrokerError, WharfClientError
 
-from app.cli import consume, groups, messages, operations, produce, topics
+from app.cli import consume, groups, messages, operations, produce, push, topics
 from app.cli.output import print_error
 from app.cli.version import wharf_version
 
@@ -114,6 +114,7 @@ cli.add_typer(topics.cli, name="topics")
 cli.command()(produce.produce)
 cli.command()(consume.consume)
 cli.add_typer(groups.cli, name="groups")
+cli.add_typer(push.cli, name="push")
 cli.command()(messages.message)
 cli.add_typer(operations.cluster_cli, name="cluster")
 cli.add_typer(operations.admin_cli, name="admin")

@@ -109,6 +109,8 @@ def overview(
         view = group_view(broker, group, topic, subscribers)
         if view is not None:
             groups.append(view)
+    pushes = getattr(request.app.state, "push", None)
+    push = pushes.list()[:PAGE] if pushes is not None else []
     consumed = sum(
         entry.offset for entry in broker.store.consumer_offsets.all() if broker.topics.get(entry.topic)
     )
@@ -134,4 +136,5 @@ def overview(
         "topics_next_cursor": encode_cursor("console-topics", configs[-1].name) if more else None,
         "groups": groups,
         "groups_next_cursor": encode_cursor("console-groups", groups_after) if groups_after else None,
+        "push": push,  # the first PAGE push subscriptions, by group, with their state
     }

@@ -2,6 +2,6 @@
 brokers of a cluster, producers' check endpoints) over HTTP and WebSocket. The core declares what it
 needs (app.broker.outbound) and is handed an :class:`~app.outbound.http.HttpOutbound` at construction."""
 
-from app.outbound.http import HttpOutbound
+from app.outbound.http import HttpOutbound, HttpPushTransport
 
-__all__ = ["HttpOutbound"]
+__all__ = ["HttpOutbound", "HttpPushTransport"]

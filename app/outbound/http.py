@@ -6,14 +6,19 @@
 * A forwarded create is ``POST {address}/v1/topics`` with the caller's headers; a broker that cannot
   be reached answers 503.
 * A check-back POSTs the transaction as JSON to the endpoint and reads ``{"status"}``.
+* A push delivery (:class:`app.push.request.PushTransport`) POSTs a subscription's request, follows no
+  redirect, reads at most :data:`PUSH_MAX_ANSWER_BYTES` of the answer and gives up after the
+  subscription's timeout, counted from the request's start to the answer's end.
 
 Every client verifies TLS with :func:`wharf_client.tls.client_ssl_context`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +31,7 @@ from wharf_client.tls import client_ssl_context
 from app.broker.ha_slave import encode_epochs
 from app.broker.outbound import Account, PeerAnswer
 from app.broker.transaction_check import CheckAnswer
+from app.push.request import FailureKind, PushAnswer
 from app.store.epochs import Epoch
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,7 @@ METADATA_PATH = "/v1/ha/metadata"
 OFFSETS_PATH = "/v1/ha/offsets"
 FORWARD_TIMEOUT_S = 10.0
 CHECK_TIMEOUT_S = 3.0
+PUSH_MAX_ANSWER_BYTES = 64 * 1024
 
 
 def replicate_url(master_url: str, offset: int, broker_id: int, own_url: str, epochs: Sequence[Epoch]) -> str:
@@ -109,6 +116,61 @@ class HttpCheckBack:
         except (httpx.HTTPError, ValueError) as exc:
             log.debug("check of transaction %s at %s failed: %s", transaction["transaction_id"], url, exc)
             return CheckAnswer.UNKNOWN
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def _push_failure(error: BaseException) -> FailureKind:
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return FailureKind.TLS
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(error, httpx.TimeoutException):
+        return FailureKind.TIMEOUT
+    if isinstance(error, httpx.ConnectError | OSError):
+        return FailureKind.CONNECT
+    return FailureKind.PROTOCOL
+
+
+class HttpPushTransport:
+    """Push deliveries over one HTTP client shared by every subscription (their ``max_in_flight``
+    bounds the connections)."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                verify=client_ssl_context(),
+                timeout=None,  # the whole request is timed below
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                headers={"user-agent": "wharf-push"},
+            )
+        return self._client
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> PushAnswer:
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._http().stream("POST", url, content=body, headers=headers) as response:
+                    read = 0
+                    async for chunk in response.aiter_raw():
+                        read += len(chunk)
+                        if read > PUSH_MAX_ANSWER_BYTES:
+                            break
+                    status = response.status_code
+                    retry_after = response.headers.get("retry-after")
+        except TimeoutError:
+            return PushAnswer(None, FailureKind.TIMEOUT, f"no answer in {timeout_s:g} s")
+        except (httpx.HTTPError, OSError, ssl.SSLError) as error:
+            return PushAnswer(None, _push_failure(error), str(error) or type(error).__name__)
+        failure = None if 200 <= status < 300 else FailureKind.STATUS
+        return PushAnswer(status, failure, retry_after=retry_after)
 
     async def aclose(self) -> None:
         if self._client is not None:

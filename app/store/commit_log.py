@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from app.store import record_format
 from app.store.consume_queue import UNIT
 from app.store.errors import MessageTooLargeError, StoreClosedError
 from app.store.kernel import compiled
@@ -130,6 +131,14 @@ if compiled is not None:
     compiled.bind_writer(AppendResult, PUT_OK)
     compiled.bind_schedule(SCHEDULE_TOPIC, LEVEL_DELAYS_MS)
     write_records = compiled.write_records
+
+
+def bind_level_delays(delays_ms: tuple[int, ...]) -> None:
+    """Make ``delays_ms`` the delay levels of this process (WHARF_MESSAGE_DELAY_LEVEL): the due times
+    written into SCHEDULE_TOPIC's queue entries, by the Python writer and the compiled one."""
+    record_format.LEVEL_DELAYS_MS = delays_ms
+    if compiled is not None:
+        compiled.bind_schedule(SCHEDULE_TOPIC, delays_ms)
 
 
 def python_collect_records(

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.store.record_format import DEFAULT_MESSAGE_DELAY_LEVEL
+
 
 class FlushMode(enum.StrEnum):
     ASYNC = "ASYNC"
@@ -72,6 +74,9 @@ class StoreConfig:
     destroy_forcibly_interval_ms: int = 120_000
     # Consumer offsets (SPEC 4).
     consumer_offset_persist_interval_ms: int = 5_000
+    # RocketMQ's messageDelayLevel: the delays of the 18 delay levels, for the whole process
+    # (app.store.record_format.parse_delay_levels; tests shorten them).
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
 
     @property
     def commitlog_dir(self) -> Path:

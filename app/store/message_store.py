@@ -33,7 +33,7 @@ from concurrent.futures import Future
 
 from app.store.atomic_file import fsync_directory
 from app.store.checkpoint import NO_CLEAN_END, Checkpoint
-from app.store.commit_log import CommitLog
+from app.store.commit_log import CommitLog, bind_level_delays
 from app.store.config import StoreConfig
 from app.store.consume_queue import ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager
@@ -59,7 +59,7 @@ from app.store.mapped_file_queue import MappedFileQueue
 from app.store.queue_table import QueueDispatcher, QueueTable
 from app.store.reader import MessageReader
 from app.store.record import CheckedRecord, StoredMessage, decode_record
-from app.store.record_format import EncodedRecord, Limits, Message, encode_host
+from app.store.record_format import EncodedRecord, Limits, Message, encode_host, parse_delay_levels
 from app.store.recovery import RecoveryReport, recover
 from app.store.results import AppendResult, GetMessageResult
 from app.store.retention import CleanReport, CleanService
@@ -176,6 +176,8 @@ class MessageStore:
     def open(self) -> MessageStore:
         """Load every file, recover, and start the flush services."""
         config = self.config
+        # Before recovery: it writes the delayed messages' queue entries with their due times.
+        bind_level_delays(parse_delay_levels(config.message_delay_level))
         config.store_dir.mkdir(parents=True, exist_ok=True)
         self.dir_lock.acquire()
         directories = [config.commitlog_dir, config.consumequeue_dir, config.config_dir]

@@ -175,10 +175,31 @@ TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 # ScheduleMessageService has them. A ConsumeQueue entry of this topic holds, where other topics
 # hold the tag code, the time its message is due: store timestamp + the level's delay.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-LEVEL_DELAYS_MS = tuple(
-    seconds * 1000
-    for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DELAY_LEVELS = 18
+_DELAY_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY = re.compile(r"^(\d{1,9})(ms|s|m|h|d)$")
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """RocketMQ's messageDelayLevel, ``"1s 5s 10s ... 2h"``: the 18 levels' delays in ms (units ms,
+    s, m, h, d); ValueError for anything else."""
+    parts = text.split()
+    if len(parts) != DELAY_LEVELS:
+        raise ValueError(f"the message delay levels are {DELAY_LEVELS} delays, not {len(parts)}: {text!r}")
+    delays = []
+    for part in parts:
+        match = _DELAY.match(part)
+        if match is None:
+            raise ValueError(f"a delay level is a number and a unit (ms, s, m, h, d), not {part!r}")
+        delays.append(int(match[1]) * _DELAY_UNITS_MS[match[2]])
+    return tuple(delays)
+
+
+# Each level's delay. The broker's setting (WHARF_MESSAGE_DELAY_LEVEL) replaces it at the store's
+# start for the whole process, as RocketMQ's messageDelayLevel is the broker's
+# (app.store.commit_log.bind_level_delays): read it through this module, never copy it.
+LEVEL_DELAYS_MS = parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL)
 
 
 def queue_tags_code(topic: str, queue_id: int, tags_code: int, store_timestamp: int) -> int:

@@ -57,6 +57,14 @@ def test_the_broker_core_and_the_codec_import_no_web_framework_and_no_http_clien
     assert offenders == {}, f"the broker core imports HTTP: {offenders}"
 
 
+def test_the_pusher_imports_no_web_framework_and_no_http_client() -> None:
+    """Push subscriptions (app/push/) reach endpoints through the PushTransport they are handed."""
+    modules = sorted((APP / "push").rglob("*.py"))
+    assert len(modules) > 3
+    offenders = {str(path.relative_to(APP)): bad for path in modules if (bad := forbidden_imports(path))}
+    assert offenders == {}, f"the pusher imports HTTP: {offenders}"
+
+
 def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
     module.write_text(

@@ -66,6 +66,10 @@ OPERATION_IDS = {
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/v1/stats"): "getStats",
+    ("put", "/v1/groups/{group}/push"): "putPushSubscription",
+    ("get", "/v1/groups/{group}/push"): "getPushSubscription",
+    ("delete", "/v1/groups/{group}/push"): "deletePushSubscription",
+    ("get", "/v1/push"): "listPushSubscriptions",
 }
 PROBES = {"getHealth", "getReadiness"}
 PRODUCE_MEDIA_TYPES = {

@@ -5,8 +5,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from app.settings import DERIVED_STORE_FIELDS, Settings
 from app.store.config import StoreConfig
+from app.store.record_format import parse_delay_levels
 
 STORE_FIELDS = [field for field in dataclasses.fields(StoreConfig) if field.name not in DERIVED_STORE_FIELDS]
 
@@ -40,6 +44,8 @@ def test_store_config_carries_every_setting(tmp_path: Path) -> None:
             changed[field.name] = default + 1 if field.name != "max_properties_size" else default - 1
         elif field.name == "delete_when":
             changed[field.name] = "05"
+        elif field.name == "message_delay_level":
+            changed[field.name] = "1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s"
     changed["flush_mode"] = "SYNC"
     changed["disk_max_used_space_ratio"] = 70
     changed["disk_force_clean_ratio"] = 80
@@ -51,3 +57,13 @@ def test_store_config_carries_every_setting(tmp_path: Path) -> None:
     for name, value in changed.items():
         assert str(getattr(config, name)) == str(value), name
     assert (config.store_dir, config.store_host, config.store_port) == (tmp_path, "10.1.2.3", 9000)
+
+
+def test_the_message_delay_levels_are_eighteen_delays_with_units() -> None:
+    assert parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")[-1] == 7_200_000
+    assert parse_delay_levels(" ".join(["100ms"] * 17 + ["1d"])) == (100,) * 17 + (86_400_000,)
+    for bad in ("1s 5s", " ".join(["1x"] * 18), " ".join(["-1s"] * 18), ""):
+        with pytest.raises(ValueError):
+            parse_delay_levels(bad)
+    with pytest.raises(ValidationError):
+        Settings(message_delay_level="1s")

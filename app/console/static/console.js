@@ -245,6 +245,19 @@ function renderOverview(data) {
     cell("actions", groupActions(group.group, group.topic)),
   ]), "no consumer group has an offset yet");
 
+  updateRows($("#push-table tbody"), data.push, (push) => push.group, (push) => el("tr", { "data-group": push.group }, [
+    cell("group", push.group, "name"),
+    cell("topic", push.topic),
+    cell("endpoint", push.url),
+    cell("state", push.paused ? "paused" : push.ordered ? "running, ordered" : "running"),
+    cell("lag", formatNumber(push.state.lag ?? 0)),
+    cell("in flight", String(push.state.in_flight ?? 0)),
+    cell("delivered", formatNumber(push.state.delivered ?? 0)),
+    cell("failed", formatNumber(push.state.failed ?? 0)),
+    cell("dead letters", formatNumber(push.state.dead_lettered ?? 0)),
+    cell("last error", push.state.last_error ? push.state.last_error.message : "-"),
+  ]), "no push subscription");
+
   paging.topics.next = data.topics_next_cursor;
   paging.groups.next = data.groups_next_cursor;
   showPage("topics", data.totals.topics, data.topics.length);

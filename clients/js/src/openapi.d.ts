@@ -540,6 +540,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/groups/{group}/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The group's push subscription and its state (lag, in flight, counts, last error) */
+        get: operations["getPushSubscription"];
+        /** Create or change the group's push subscription (201 when created, with its secret once) */
+        put: operations["putPushSubscription"];
+        post?: never;
+        /** Stop and remove the group's push subscription (its committed offsets stay) */
+        delete: operations["deletePushSubscription"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The broker's push subscriptions, by group, with their state */
+        get: operations["listPushSubscriptions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/clean": {
         parameters: {
             query?: never;
@@ -898,6 +934,7 @@ export interface components {
          *     - `40920` TRANSACTION_ENDED: The transaction was committed or rolled back already; nothing was changed. The answer carries transaction_id and state (COMMITTED, ROLLED_BACK, or null when no longer known).
          *     - `40930` QUEUE_NOT_LOCKED: An ordered member committed a queue whose lock it does not hold (it expired, was released, or another member holds it): nothing was committed; lock the queue again (POST /v1/groups/{group}/locks).
          *     - `40940` PROMOTION_REFUSED: The broker is its name's master already, or another broker of its name was promoted first (the epoch moved on); nothing was changed.
+         *     - `40950` TOO_MANY_PUSH_SUBSCRIPTIONS: A new push subscription would pass the broker's cap on them (WHARF_PUSH_MAX_SUBSCRIPTIONS); nothing was created.
          *     - `41301` MESSAGE_TOO_LARGE: A message body is over the maximum message size.
          *     - `41302` PROPERTIES_TOO_LARGE: A message's encoded properties are over 32,767 bytes.
          *     - `41303` REQUEST_TOO_LARGE: The request body is over its limit (WHARF_MAX_REQUEST_BYTES for produce, WHARF_MAX_ADMIN_REQUEST_BYTES for the rest); nothing of it was used and the connection is closed.
@@ -918,7 +955,7 @@ export interface components {
          *     - `50701` DISK_FULL: The store's disk is over its refuse-writes ratio or has no room for a new segment: nothing of the request was stored; writes are accepted again once space returns, reads keep working.
          * @enum {integer}
          */
-        ErrorCode: 40001 | 40002 | 40003 | 40004 | 40005 | 40006 | 40007 | 40008 | 40009 | 40010 | 40011 | 40012 | 40013 | 40014 | 40015 | 40016 | 40101 | 40301 | 40305 | 40401 | 40402 | 40403 | 40404 | 40405 | 40406 | 40407 | 40408 | 40410 | 40501 | 40601 | 40801 | 40810 | 40811 | 40901 | 40902 | 40903 | 40904 | 40905 | 40906 | 40910 | 40920 | 40930 | 40940 | 41301 | 41302 | 41303 | 41304 | 41310 | 41401 | 41501 | 42101 | 42201 | 42901 | 43101 | 50001 | 50301 | 50302 | 50303 | 50304 | 50305 | 50701;
+        ErrorCode: 40001 | 40002 | 40003 | 40004 | 40005 | 40006 | 40007 | 40008 | 40009 | 40010 | 40011 | 40012 | 40013 | 40014 | 40015 | 40016 | 40101 | 40301 | 40305 | 40401 | 40402 | 40403 | 40404 | 40405 | 40406 | 40407 | 40408 | 40410 | 40501 | 40601 | 40801 | 40810 | 40811 | 40901 | 40902 | 40903 | 40904 | 40905 | 40906 | 40910 | 40920 | 40930 | 40940 | 40950 | 41301 | 41302 | 41303 | 41304 | 41310 | 41401 | 41501 | 42101 | 42201 | 42901 | 43101 | 50001 | 50301 | 50302 | 50303 | 50304 | 50305 | 50701;
         /**
          * ErrorEnvelope
          * @example {
@@ -1786,6 +1823,149 @@ export interface components {
             suggest_broker_id?: number;
             /** Messages */
             messages: components["schemas"]["MessageOut"][];
+        };
+        /** PushError */
+        PushError: {
+            /** At Ms */
+            at_ms: number;
+            /** Message */
+            message: string;
+        };
+        /** PushFilterBody */
+        PushFilterBody: {
+            /**
+             * Tags
+             * @description Tags, RocketMQ's `a || b`
+             */
+            tags?: string | null;
+            /**
+             * Sql92
+             * @description A SQL92 expression over the properties
+             */
+            sql92?: string | null;
+        };
+        /** PushState */
+        PushState: {
+            /** Running */
+            running: boolean;
+            /** Lag */
+            lag?: number | null;
+            /**
+             * Held Messages
+             * @description Messages read and not yet acknowledged or sent back
+             */
+            held_messages?: number | null;
+            /** In Flight */
+            in_flight?: number | null;
+            /** Delivered */
+            delivered?: number | null;
+            /** Failed */
+            failed?: number | null;
+            /** Failed By Kind */
+            failed_by_kind?: {
+                [key: string]: number;
+            } | null;
+            /** Retried */
+            retried?: number | null;
+            /** Dead Lettered */
+            dead_lettered?: number | null;
+            /** Consecutive Failures */
+            consecutive_failures?: number | null;
+            last_error?: components["schemas"]["PushError"] | null;
+            /** Last Success Ms */
+            last_success_ms?: number | null;
+        };
+        /** PushSubscriptionList */
+        PushSubscriptionList: {
+            /** Subscriptions */
+            subscriptions: components["schemas"]["PushSubscriptionView"][];
+        };
+        /** PushSubscriptionRequest */
+        PushSubscriptionRequest: {
+            /**
+             * Topic
+             * @description The topic to push (its queues on this broker)
+             */
+            topic: string;
+            /**
+             * Url
+             * @description The endpoint: http:// or https://
+             */
+            url: string;
+            /** @description {"tags": ...} or {"sql92": ...}; none: all */
+            filter?: components["schemas"]["PushFilterBody"] | null;
+            /**
+             * Ordered
+             * @description One request in flight per queue, in queue order
+             * @default false
+             */
+            ordered?: boolean;
+            /**
+             * Max In Flight
+             * @description Requests in flight at once
+             * @default 16
+             */
+            max_in_flight?: number;
+            /**
+             * Batch
+             * @description Messages per request; above 1 a JSON array
+             * @default 1
+             */
+            batch?: number;
+            /**
+             * Timeout Ms
+             * @description A request unanswered this long failed
+             * @default 10000
+             */
+            timeout_ms?: number;
+            /**
+             * Max Reconsume Times
+             * @description Deliveries again before a message goes to %DLQ%<group>
+             * @default 16
+             */
+            max_reconsume_times?: number;
+            /**
+             * Secret
+             * @description whsec_ and base64 of 24 to 64 bytes; left out, the kept one (made for a new subscription)
+             */
+            secret?: string | null;
+            /**
+             * Paused
+             * @description A paused subscription reads and delivers nothing
+             * @default false
+             */
+            paused?: boolean;
+        };
+        /** PushSubscriptionView */
+        PushSubscriptionView: {
+            /** Group */
+            group: string;
+            /** Topic */
+            topic: string;
+            /** Url */
+            url: string;
+            /** Filter */
+            filter: {
+                [key: string]: string;
+            } | null;
+            /** Ordered */
+            ordered: boolean;
+            /** Max In Flight */
+            max_in_flight: number;
+            /** Batch */
+            batch: number;
+            /** Timeout Ms */
+            timeout_ms: number;
+            /** Max Reconsume Times */
+            max_reconsume_times: number;
+            /** Paused */
+            paused: boolean;
+            /**
+             * Secret
+             * @description Only in the answer that made it: shown once
+             */
+            secret?: string | null;
+            state?: components["schemas"]["PushState"] | null;
         };
         /** QueueData */
         QueueData: {
@@ -4344,7 +4524,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED */
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5380,7 +5560,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED */
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5517,7 +5697,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED */
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6401,6 +6581,385 @@ export interface operations {
             };
             /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getPushSubscription: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Consumer group */
+                group: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushSubscriptionView"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The group has no push subscription (40405) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    putPushSubscription: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Consumer group */
+                group: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushSubscriptionRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushSubscriptionView"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushSubscriptionView"];
+                };
+            };
+            /** @description The url is not http:// or https://, does not resolve, or resolves to a loopback, link-local or private address without WHARF_PUSH_ALLOW_PRIVATE (40012); a bad field, secret or tag (40004) or SQL92 filter (40015) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The topic (40402) does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The group has members pulling (40905), or the broker runs as many push subscriptions as it takes (40950) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Too large: the request body is over `WHARF_MAX_REQUEST_BYTES`. Codes: 41301 MESSAGE_TOO_LARGE, 41302 PROPERTIES_TOO_LARGE, 41303 REQUEST_TOO_LARGE, 41304 TOO_MANY_ITEMS, 41310 WS_FRAME_TOO_LARGE */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The Content-Type is not one this operation accepts. Codes: 41501 UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description This broker does not host the topic: `brokers` (and `Location`) name those that do. Codes: 42101 MISDIRECTED */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    deletePushSubscription: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Consumer group */
+                group: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The group has no push subscription (40405) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    listPushSubscriptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushSubscriptionList"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
                 headers: {
                     [name: string]: unknown;
                 };

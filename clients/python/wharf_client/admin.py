@@ -1,6 +1,6 @@
 """Administration of one broker: create, describe and delete topics (one, or many in lists of up to
 1,000), walk every topic and consumer group page by page, read a group's offsets, look messages up,
-and the operator's views (clusters, retention, the store's disk)."""
+the operator's views (clusters, retention, the store's disk), and push subscriptions."""
 
 from __future__ import annotations
 
@@ -100,6 +100,27 @@ class Admin(HttpOwner):
     def disk(self) -> dict[str, Any]:
         """The store's disk: use, free bytes, and whether the broker accepts writes."""
         return self._get("/v1/admin/disk")
+
+    def push_subscriptions(self) -> list[dict[str, Any]]:
+        """Every push subscription of the broker, with its state."""
+        found: list[dict[str, Any]] = self._get("/v1/push")["subscriptions"]
+        return found
+
+    def push_subscription(self, group: str) -> dict[str, Any]:
+        """The group's push subscription and its state (lag, in flight, counts, last error)."""
+        return self._get(f"/v1/groups/{_segment(group)}/push")
+
+    def put_push_subscription(self, group: str, **fields: Any) -> dict[str, Any]:
+        """Create or change the group's push subscription (``topic``, ``url``, ``filter``, ...); a new
+        one's answer holds its ``secret`` (made when none is given), shown this once."""
+        response = self.http.put(f"/v1/groups/{_segment(group)}/push", json=fields)
+        raise_for_envelope(response)
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def delete_push_subscription(self, group: str) -> None:
+        """Stop and remove the group's push subscription (its committed offsets stay)."""
+        raise_for_envelope(self.http.delete(f"/v1/groups/{_segment(group)}/push"))
 
     def _get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         response = self.http.get(path, params=params)
