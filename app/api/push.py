@@ -54,6 +54,11 @@ class PushSubscriptionRequest(BaseModel):
         description="whsec_ and base64 of 24 to 64 bytes; left out, the kept one (made for a new subscription)",
     )
     paused: bool = Field(False, description="A paused subscription reads and delivers nothing")
+    format: Literal["raw", "cloudevents"] = Field(
+        "raw",
+        description="raw: the body as produced with Wharf's headers; cloudevents: a CloudEvent in the HTTP "
+        "binding's binary mode (ce-* headers), a batch in its batched mode",
+    )
 
 
 class PushError(BaseModel):
@@ -87,6 +92,7 @@ class PushSubscriptionView(BaseModel):
     timeout_ms: int
     max_reconsume_times: int
     paused: bool
+    format: Literal["raw", "cloudevents"]
     secret: str | None = Field(None, description="Only in the answer that made it: shown once")
     state: PushState | None = None
 

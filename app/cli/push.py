@@ -35,6 +35,9 @@ def create(
     max_reconsume_times: Annotated[int, typer.Option(help="Deliveries again before the dead letters.")] = 16,
     secret: Annotated[str | None, typer.Option(help="whsec_... (default: the broker makes one).")] = None,
     paused: Annotated[bool, typer.Option(help="Create it paused.")] = False,
+    cloudevents: Annotated[
+        bool, typer.Option(help="Deliver CloudEvents (ce-* headers; a batch as a JSON array of events).")
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     user: UserOption = None,
 ) -> None:
@@ -50,6 +53,7 @@ def create(
         "timeout_ms": timeout_ms,
         "max_reconsume_times": max_reconsume_times,
         "paused": paused,
+        "format": "cloudevents" if cloudevents else "raw",
     }
     if tags is not None or sql92 is not None:
         fields["filter"] = {"tags": tags} if tags is not None else {"sql92": sql92}

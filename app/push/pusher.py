@@ -34,6 +34,7 @@ from app.broker import retry
 from app.broker.dead_letter import send_to_dead_letter
 from app.broker.errors import BrokerError
 from app.broker.filters import SQL92, FilterExpression
+from app.cloudevents import topic_source
 from app.longpoll.hold import HoldOutcome
 from app.push.endpoint import EndpointGuard
 from app.push.request import FailureKind, PushAnswer, PushTransport, build_request, retry_after_s
@@ -105,6 +106,12 @@ class Pusher:
         self.state = PushState()
         self.filter = message_filter(subscription)
         self._key = secret_key(subscription.secret)
+        # A message not produced as a CloudEvent has its topic's URL on this broker as its source.
+        self._cloudevents_source = (
+            topic_source(broker.settings.resolved_advertised_url, subscription.topic)
+            if subscription.format == "cloudevents"
+            else None
+        )
         self._slots = asyncio.Semaphore(subscription.max_in_flight)
         self._resume_at = 0.0  # monotonic: nothing is read before this (back-off, Retry-After)
         self._cursors: dict[tuple[str, int], QueueCursor] = {}
@@ -333,7 +340,9 @@ class Pusher:
     async def _send(
         self, messages: list[StoredMessage], records: list[bytes], reconsume_times: int
     ) -> PushAnswer:
-        request = build_request(messages, records, reconsume_times)
+        request = build_request(
+            messages, records, reconsume_times, self._cloudevents_source, self.subscription.batch > 1
+        )
         headers = request.headers | signed_headers(
             self._key, request.webhook_id, int(time.time()), request.body
         )

@@ -23,6 +23,14 @@ A batch (``batch`` above 1) is a JSON array of the pull API's message objects (`
 ``wharf-topic`` and ``wharf-count``. Both carry the Standard Webhooks headers
 (:mod:`app.push.signing`): ``webhook-id`` is ``msg_<unique id>`` for a message (the same on every
 delivery, for receivers that drop repeats), ``batch_<hash of the unique ids>`` for a batch.
+
+With ``format: cloudevents`` a message is a CloudEvent in the HTTP binding's binary mode: its
+attributes as ``ce-*`` headers (percent-encoded where the binding says so), ``Content-Type`` its
+``datacontenttype``, the body its data as stored; an event that was produced as a CloudEvent comes
+with its own attributes, any other message as ``format=cloudevents`` pulls render it
+(:func:`app.cloudevents.render_cloudevent`). A batch is the batched mode:
+``application/cloudevents-batch+json``, a JSON array of structured events. The Standard Webhooks
+headers are there too.
 """
 
 from __future__ import annotations
@@ -37,7 +45,10 @@ from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import quote
 
-from app.codec import messages_json
+import orjson
+
+from app.cloudevents import render_cloudevent
+from app.codec import messages_json, record_to_json
 from app.store.record import StoredMessage
 from app.store.record_format import PROPERTY_KEYS, PROPERTY_RETRY_TOPIC, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 
@@ -91,12 +102,26 @@ def original_topic(message: StoredMessage) -> str:
     return message.properties.get(PROPERTY_RETRY_TOPIC, message.topic)
 
 
+# What the HTTP binding percent-encodes in a ce-* header: space, '"', '%' and all but printable ASCII.
+_CE_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"%')
+_CE_DATA = frozenset({"data", "data_base64", "datacontenttype"})
+
+
 def build_request(
-    messages: Sequence[StoredMessage], records: Sequence[bytes], reconsume_times: int
+    messages: Sequence[StoredMessage],
+    records: Sequence[bytes],
+    reconsume_times: int,
+    cloudevents_source: str | None = None,
+    batched: bool = False,
 ) -> PushRequest:
     """The request delivering ``messages`` (whose stored ``records`` they are); ``reconsume_times``
-    overrides the records' count (an ordered queue retries in place)."""
-    if len(messages) == 1:
+    overrides the records' count (an ordered queue retries in place). ``batched`` (a subscription
+    whose ``batch`` is above 1): a batch's body, however many messages it holds. With
+    ``cloudevents_source`` (the ``source`` of a message not produced as an event: its topic's URL
+    on this broker), as CloudEvents."""
+    if cloudevents_source is not None:
+        return _cloudevents_request(messages, records, cloudevents_source, batched)
+    if not batched:
         (message,) = messages
         properties = message.properties
         headers = {
@@ -125,6 +150,28 @@ def build_request(
         "wharf-count": str(len(messages)),
     }
     return PushRequest("batch_" + hashlib.sha256(ids.encode()).hexdigest()[:32], body, headers)
+
+
+def _cloudevents_request(
+    messages: Sequence[StoredMessage], records: Sequence[bytes], source: str, batched: bool
+) -> PushRequest:
+    events = [render_cloudevent(record_to_json(record), source) for record in records]
+    if not batched:
+        ((message,), (event,)) = messages, events
+        headers = {
+            f"ce-{name}": quote(str(value), safe=_CE_SAFE)
+            for name, value in event.items()
+            if name not in _CE_DATA
+        }
+        if "datacontenttype" in event:  # else none: the binding maps Content-Type to it
+            headers["content-type"] = event["datacontenttype"]
+        body = message.body if "data" in event or "data_base64" in event else b""
+        return PushRequest(f"msg_{message.unique_id or message.msg_id}", body, headers)
+    ids = "\n".join(message.unique_id or message.msg_id for message in messages)
+    headers = {"content-type": "application/cloudevents-batch+json"}
+    return PushRequest(
+        "batch_" + hashlib.sha256(ids.encode()).hexdigest()[:32], orjson.dumps(events), headers
+    )
 
 
 def retry_after_s(value: str | None, now_s: float | None = None) -> float | None:

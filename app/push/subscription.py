@@ -14,6 +14,8 @@ timeout_ms             10000    a request not answered in this long has failed
 max_reconsume_times    16       deliveries again before a message goes to ``%DLQ%<group>``
 secret                 made     ``whsec_`` + base64 of 24-64 bytes: the signing key
 paused                 false    a paused subscription reads and delivers nothing
+format                 raw      ``raw``: the body as produced, Wharf's headers; ``cloudevents``: a
+                                CloudEvent in the HTTP binding's binary mode (a batch: batched mode)
 =====================  =======  ==============================================================
 """
 
@@ -62,6 +64,7 @@ class PushSubscription:
     timeout_ms: int = 10_000
     max_reconsume_times: int = 16
     paused: bool = False
+    format: str = "raw"
 
     def as_json(self, with_secret: bool = False) -> dict[str, Any]:
         """The subscription as GET shows it; the secret only where asked (kept on disk, shown once)."""
@@ -76,6 +79,7 @@ class PushSubscription:
             "timeout_ms": self.timeout_ms,
             "max_reconsume_times": self.max_reconsume_times,
             "paused": self.paused,
+            "format": self.format,
         }
         if with_secret:
             fields["secret"] = self.secret
@@ -127,10 +131,18 @@ def _boolean(fields: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
+FORMATS = ("raw", "cloudevents")
 FIELDS = frozenset(
     {"topic", "url", "filter", "ordered", "max_in_flight", "batch", "timeout_ms", "max_reconsume_times"}
-    | {"secret", "paused"}
+    | {"secret", "paused", "format"}
 )
+
+
+def _format(fields: dict[str, Any]) -> str:
+    value = fields.get("format", "raw")
+    if value not in FORMATS:
+        raise InvalidParameterError(f"format must be raw or cloudevents, not {value!r}")
+    return str(value)
 
 
 def parse_subscription(
@@ -163,6 +175,7 @@ def parse_subscription(
         timeout_ms=_integer(fields, "timeout_ms", 10_000, 100, 300_000),
         max_reconsume_times=_integer(fields, "max_reconsume_times", 16, 0, 1000),
         paused=_boolean(fields, "paused", False),
+        format=_format(fields),
     )
     return subscription, given is None and kept_secret is None
 

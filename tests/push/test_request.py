@@ -89,12 +89,16 @@ def test_header_values_stay_ascii_whatever_the_message_holds() -> None:
 
 def test_a_batch_is_a_json_array(record: bytes) -> None:
     other = stored(b"\xff\x00", **{PROPERTY_UNIQ_KEY: "U4"})
-    request = build_request([decode_record(record), decode_record(other)], [record, other], 0)
+    request = build_request([decode_record(record), decode_record(other)], [record, other], 0, batched=True)
     array = json.loads(request.body)
     assert [item["body"] for item in array] == ["hello", "/wA="]
     assert [item["encoding"] for item in array] == ["utf8", "base64"]
     assert request.headers["wharf-count"] == "2"
     assert request.webhook_id.startswith("batch_")
+    # A subscription that batches sends an array even when one message was there to send.
+    alone = build_request([decode_record(record)], [record], 0, batched=True)
+    assert [item["body"] for item in json.loads(alone.body)] == ["hello"]
+    assert alone.headers["content-type"] == "application/json"
 
 
 def test_retry_after_takes_seconds_or_a_date() -> None:

@@ -30,6 +30,7 @@ def test_the_defaults_are_the_issues() -> None:
         "timeout_ms": 10_000,
         "max_reconsume_times": 16,
         "paused": False,
+        "format": "raw",
     }
     assert subscription.secret.startswith("whsec_") and len(secret_key(subscription.secret)) == 24
 

@@ -1935,6 +1935,13 @@ export interface components {
              * @default false
              */
             paused?: boolean;
+            /**
+             * Format
+             * @description raw: the body as produced with Wharf's headers; cloudevents: a CloudEvent in the HTTP binding's binary mode (ce-* headers), a batch in its batched mode
+             * @default raw
+             * @enum {string}
+             */
+            format?: "raw" | "cloudevents";
         };
         /** PushSubscriptionView */
         PushSubscriptionView: {
@@ -1960,6 +1967,11 @@ export interface components {
             max_reconsume_times: number;
             /** Paused */
             paused: boolean;
+            /**
+             * Format
+             * @enum {string}
+             */
+            format: "raw" | "cloudevents";
             /**
              * Secret
              * @description Only in the answer that made it: shown once
