@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from app.store import StoreConfig
 from bench import http_profile
 from bench.http_load import (
     WrkRun,
@@ -83,10 +84,18 @@ def text_body(size: int, seed: int) -> str:
 
 
 def broker_settings() -> dict[str, object]:
+    """The store's own defaults, over the small files and index the test helper
+    (``tests.api.server.BrokerProcess``) starts brokers with: a benchmark measures what users run."""
+    defaults = StoreConfig(store_dir=Path("unused"))
     return {
-        "flush_mode": "ASYNC",
-        "commitlog_file_size": GIB,
-        "consumequeue_file_entries": 300_000,  # the default; the test helper's is tiny
+        name: getattr(defaults, name)
+        for name in (
+            "flush_mode",
+            "commitlog_file_size",
+            "consumequeue_file_entries",
+            "max_hash_slots",
+            "max_index_count",
+        )
     }
 
 

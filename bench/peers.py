@@ -11,7 +11,7 @@ random bytes), batches of 100, fresh streams named for the run and deleted after
 interleaved within each repeat, each figure the median of the repeats. Redis (6379) and NATS with
 JetStream (4222) are the services already running on localhost, used as they are configured; one
 that does not answer is skipped with the reason. Wharf is a broker process started for the run
-(``python -m app``, ASYNC flush, a temporary store), one topic of one queue per stream, so each
+(``python -m app`` at the store's defaults, a temporary store), one topic of one queue per stream, so each
 system writes and reads one ordered log. ``--wharf`` picks Wharf's lanes (all by default): the
 throughput lanes ``binary``, ``json``, ``json-http``, ``plain-json`` and ``plain-binary``, the latency
 lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor`` and ``ws-floor``, the HTTP and
@@ -107,7 +107,7 @@ from app.store.record_format import INT, layout_at
 from bench import harness
 from bench.harness import Result, Target
 from bench.http_load import cpu_seconds
-from bench.http_setup import percentile
+from bench.http_setup import broker_settings, percentile
 from bench.relay_app import RelayProcess
 from tests.api.server import BrokerProcess
 
@@ -940,12 +940,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipping {system} at {url}: {reason}")
             skipped[system] = reason
     with harness.scratch_dir("peers-bench-", harness.scratch_parent()) as root:
-        broker = BrokerProcess(
-            root / "store",
-            flush_mode="ASYNC",
-            commitlog_file_size=256 * 1024 * 1024,
-            consumequeue_file_entries=300_000,
-        )
+        broker = BrokerProcess(root / "store", **broker_settings())
         # The floors' relay, when a floor's lane has a section to run in.
         floor = "wharf" in systems and bool({"floor", "ws-floor"} & set(kinds)) and "latency" in sections
         relay = RelayProcess(root / "relay.log") if floor else None

@@ -5,7 +5,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.push [--quick] [--json out.json] [--only drain,latency]
 
-A real broker (``python -m app``, ASYNC flush, ``WHARF_PUSH_ALLOW_PRIVATE=true``) runs in its own
+A real broker (``python -m app`` at the store's defaults, ``WHARF_PUSH_ALLOW_PRIVATE=true``) runs in its own
 process; the endpoint is a minimal HTTP/1.1 server on asyncio streams in this process (it parses a
 request and answers 204), sharing the machine's cores with the broker.
 
@@ -30,6 +30,7 @@ import httpx
 
 from bench import harness
 from bench.harness import Result
+from bench.http_setup import broker_settings
 from tests.api.server import BrokerProcess
 
 SECTIONS = ("drain", "latency")
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, plan, sections = harness.parse(parser, argv, FULL, QUICK, SECTIONS)
     started = time.perf_counter()
     with harness.scratch_dir("push-bench-", harness.scratch_parent()) as root:
-        broker = BrokerProcess(root / "store", push_allow_private="true", commitlog_file_size=1 << 30).start()
+        broker = BrokerProcess(root / "store", push_allow_private="true", **broker_settings()).start()
         try:
             results = asyncio.run(run_all(plan, sections, broker))
         finally:

@@ -141,7 +141,7 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         cycle: object = self.cycle
         if type(cycle) is LaneCycle:
-            cycle.body += body  # bounded: the lane takes a Content-Length within the request limit
+            cycle.body += body  # bounded: a produce's Content-Length within the request limit, or none
             return
         super().on_body(body)
 
@@ -174,9 +174,15 @@ class EdgeHttpProtocol(HttpToolsProtocol):
             path = raw_path.decode("ascii")
         except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
             return None
-        for name, _ in self.headers:
+        for name, value in self.headers:
             if name.startswith(b"x-forwarded-") or name == b"forwarded":
                 return None  # the proxy-headers middleware may rewrite the client: the app's way
+            if method == b"GET" and (
+                name == b"transfer-encoding" or (name == b"content-length" and value != b"0")
+            ):
+                # A pull with a body: the cycle here keeps bodies whole, so only a produce's (its
+                # length checked by the lane against the request limit); uvicorn's bounds this one.
+                return None
         scope = cast(dict[str, Any], self.scope)
         scope["method"] = method.decode("ascii")
         scope["path"] = path

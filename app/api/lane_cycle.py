@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from app.api.fast_lane import FastLane, Taken
 
 log = logging.getLogger("uvicorn.error")
-access_log = logging.getLogger("uvicorn.access")
+access_logger = logging.getLogger("uvicorn.access")
 
 INTERNAL_ERROR = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -46,12 +46,12 @@ class LaneCycle:
     """One request the lane takes, from its complete headers to its answer (see the module)."""
 
     __slots__ = (
-        "access_log",
         "body",
         "default_headers",
         "disconnected",
         "keep_alive",
         "lane",
+        "log_access",
         "message_event",
         "on_response",
         "protocol",
@@ -60,7 +60,6 @@ class LaneCycle:
         "scope",
         "taken",
         "transport",
-        "_closes",
         "_disconnect",
         "_head",
         "_received",
@@ -74,7 +73,7 @@ class LaneCycle:
         taken: Taken,
         scope: dict[str, Any],
         keep_alive: bool,
-        access_log_on: bool,
+        log_access: bool,
     ) -> None:
         self.protocol = protocol
         self.transport: asyncio.Transport = protocol.transport
@@ -82,7 +81,7 @@ class LaneCycle:
         self.taken = taken
         self.scope = scope
         self.keep_alive = keep_alive
-        self.access_log = access_log_on
+        self.log_access = log_access
         self.default_headers: list[tuple[bytes, bytes]] = protocol.server_state.default_headers
         self.on_response = protocol.on_response_complete
         self.body = bytearray()
@@ -94,7 +93,6 @@ class LaneCycle:
         self._received = False
         self._head: bytes | None = None
         self._remaining = -1  # the answer's bytes still to come; -1: no Content-Length
-        self._closes = False
 
     # -- what the protocol calls -------------------------------------------------------------------
 
@@ -115,9 +113,7 @@ class LaneCycle:
             if not self.response_started and not self.disconnected:
                 self.response_started = self.response_complete = True
                 self.transport.write(INTERNAL_ERROR)
-                self.transport.close()
-            else:
-                self.transport.close()
+            self.transport.close()
             if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
                 raise
         else:
@@ -182,9 +178,9 @@ class LaneCycle:
     def _status_and_headers(self, status: int, headers: Any) -> bytes:
         """The answer's head, as uvicorn writes it: status line, default headers, its own (values
         checked for control characters), ``connection: close`` when the connection ends after it."""
-        if self.access_log:
+        if self.log_access:
             scope = cast("HTTPScope", self.scope)
-            access_log.info(
+            access_logger.info(
                 '%s - "%s %s HTTP/%s" %d',
                 get_client_addr(scope),
                 scope["method"],
@@ -192,6 +188,7 @@ class LaneCycle:
                 scope["http_version"],
                 status,
             )
+        closes = False  # the answer names connection: close itself
         content = [STATUS_LINE[status]]
         for name, value in self.default_headers:
             content.extend((name, b": ", value, b"\r\n"))
@@ -203,11 +200,11 @@ class LaneCycle:
                 self._remaining = int(value)
             elif name == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
-                self._closes = True
+                closes = True
             content.extend((name, b": ", value, b"\r\n"))
         if self._remaining < 0:
             self.keep_alive = False  # no length: the answer ends with the connection
-        if not self.keep_alive and not self._closes:
+        if not self.keep_alive and not closes:
             content.append(b"connection: close\r\n")
         content.append(b"\r\n")
         return b"".join(content)

@@ -445,7 +445,7 @@ def test_pipelined_requests_are_answered_in_order_whoever_serves_them(
     assert connection_requests(fast) - on_connection >= 3  # the first, the last, and the pulls
 
 
-def test_http_1_0_and_forwarded_requests_go_through_the_app_and_close_asks_are_kept(
+def test_http_1_0_forwarded_and_bodied_pulls_go_through_the_app_and_close_asks_are_kept(
     brokers: tuple[httpx.Client, httpx.Client],
 ) -> None:
     fast, _ = brokers
@@ -470,6 +470,19 @@ def test_http_1_0_and_forwarded_requests_go_through_the_app_and_close_asks_are_k
                 assert "connection" not in headers, headers
         assert connection_requests(fast) - before == (1 if on_connection else 0), request
         assert lane_requests(fast) - lane_before == 1, request
+    # A pull with a body (kept whole on the connection, it could be any size): the app's way.
+    pull = f"GET /v1/topics/{TOPIC}/queues/0/messages?offset=0 HTTP/1.1\r\nhost: x\r\n".encode()
+    for body_headers in (
+        b"content-length: 5\r\n\r\nhello",
+        b"transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    ):
+        before, lane_before = connection_requests(fast), lane_requests(fast)
+        with raw_http.connect(port) as sock:
+            sock.sendall(pull + body_headers)
+            ((status, _, body),) = read_responses(sock, 1)
+        assert status == 200 and orjson.loads(body)["status"] == "FOUND", body
+        assert connection_requests(fast) - before == 0, body_headers
+        assert lane_requests(fast) - lane_before == 1, body_headers
 
 
 def test_a_held_pull_on_the_connection_is_released_when_its_client_goes_away(
