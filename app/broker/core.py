@@ -412,7 +412,7 @@ class Broker:
         replication mode promise: SEND_OK, or which promise timed out."""
         durable = True
         if self.store.group_commit is not None:
-            durable = await asyncio.wrap_future(self.store.durable(appended))
+            durable = await self.store.wait_durable(appended)
         if not durable:
             return "FLUSH_DISK_TIMEOUT"
         return await self.ha.confirm(appended[-1].end_offset)  # the results are in log order

@@ -11,7 +11,6 @@ delivered again.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from app.broker.durable import append_all_durably
@@ -141,7 +140,7 @@ async def resend(broker: Broker, group: str, msg_ids: list[str] | None) -> list[
         )
     appended = broker.store.append(copies) if copies else []
     if appended and broker.store.group_commit is not None:
-        await asyncio.wrap_future(broker.store.durable(appended))
+        await broker.store.wait_durable(appended)
     if msg_ids is None and chosen:
         offsets.commit(group, topic, 0, chosen[-1].queue_offset + 1)
     return [(letter, result.msg_id) for letter, result in zip(chosen, appended, strict=True)]

@@ -3,8 +3,6 @@ mode promises before they are answered."""
 
 from __future__ import annotations
 
-import asyncio
-
 from app.store import Message, MessageStore
 from app.store.results import AppendResult
 
@@ -15,5 +13,5 @@ async def append_all_durably(store: MessageStore, messages: list[Message]) -> tu
     appended = store.append(messages)
     durable = True
     if store.group_commit is not None:
-        durable = await asyncio.wrap_future(store.durable(appended))
+        durable = await store.wait_durable(appended)
     return appended, durable

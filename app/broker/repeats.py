@@ -3,7 +3,6 @@ stored first, and the window is rebuilt from the CommitLog at start."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -58,7 +57,7 @@ async def answer_from_log(broker: Broker, topic: str, first: StoredMessage) -> d
             first.store_timestamp,
             first.store_host,
         )
-        durable = await asyncio.wrap_future(broker.store.durable([result]))
+        durable = await broker.store.wait_durable([result])
     answer = {
         "msg_id": first.msg_id,
         "unique_id": first.unique_id,

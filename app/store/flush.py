@@ -4,8 +4,10 @@ Group commit (SPEC 1.7): a producer that needs durability puts a request for its
 flush thread swaps the write list and the read list under a short lock, forces the CommitLog once
 (twice if the data spans two segments) and completes every request whose bytes are now on disk.
 One ``fdatasync`` thus acknowledges every producer that arrived while the previous one ran.
-Requests are ``concurrent.futures.Future`` objects: threads wait on ``result()``, asyncio code
-awaits ``asyncio.wrap_future`` without blocking its loop.
+Requests are ``concurrent.futures.Future`` objects: threads wait on ``result()``. Asyncio code
+asks with :meth:`GroupCommitService.request_async` for a future of its own loop instead: the flush
+thread answers every waiter of a loop that one flush covered in a single hand-over to that loop,
+rather than one wake-up of the loop per producer (what ``asyncio.wrap_future`` would cost).
 
 Every request is answered by its deadline (``sync_flush_timeout_ms``), whatever the disk does: the
 flush thread answers False for a request it could not bring to disk in time, and a watchdog thread
@@ -20,6 +22,7 @@ tens of thousands of times in a row.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -40,18 +43,46 @@ def _now_ms() -> int:
 
 
 class FlushRequest:
-    __slots__ = ("next_offset", "deadline_ms", "future")
+    __slots__ = ("next_offset", "deadline_ms", "future", "waiter")
 
-    def __init__(self, next_offset: int, deadline_ms: int) -> None:
+    def __init__(
+        self, next_offset: int, deadline_ms: int, waiter: asyncio.Future[bool] | None = None
+    ) -> None:
         self.next_offset = next_offset
         self.deadline_ms = deadline_ms
         self.future: Future[bool] = Future()
+        self.waiter = waiter  # an event loop's future, answered with ``future``
 
 
-def _answer(request: FlushRequest, done: bool) -> None:
-    # The watchdog or the flush thread may have answered it first.
-    with contextlib.suppress(InvalidStateError):
-        request.future.set_result(done)
+class Answers:
+    """Answers given by one thread in one pass: each request's own future now, the event loops'
+    waiters among them in one hand-over per loop (:meth:`send`)."""
+
+    __slots__ = ("_loops",)
+
+    def __init__(self) -> None:
+        self._loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool]]] = {}
+
+    def answer(self, request: FlushRequest, done: bool) -> None:
+        try:
+            request.future.set_result(done)
+        except InvalidStateError:  # the watchdog or the flush thread answered it first
+            return
+        waiter = request.waiter
+        if waiter is not None:
+            self._loops.setdefault(waiter.get_loop(), []).append((waiter, done))
+
+    def send(self) -> None:
+        loops, self._loops = self._loops, {}
+        for loop, answers in loops.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_settle, answers)
+
+
+def _settle(answers: list[tuple[asyncio.Future[bool], bool]]) -> None:
+    for waiter, done in answers:
+        if not waiter.done():  # cancelled when its producer went away
+            waiter.set_result(done)
 
 
 class FlushDeadlineWatchdog(ServiceThread):
@@ -76,7 +107,7 @@ class FlushDeadlineWatchdog(ServiceThread):
 
     def run_once(self) -> None:
         now = _now_ms()
-        overdue = []
+        overdue: list[FlushRequest] = []
         with self._lock:
             pending = self._pending
             while pending and (pending[0].future.done() or pending[0].deadline_ms <= now):
@@ -84,8 +115,10 @@ class FlushDeadlineWatchdog(ServiceThread):
             next_deadline = pending[0].deadline_ms if pending else now + self.timeout_ms
         # Sleep until the oldest deadline; a request made meanwhile has a later one.
         self.interval_s = max(next_deadline - now, 1) / 1000
+        answers = Answers()
         for request in overdue:
-            _answer(request, False)
+            answers.answer(request, False)
+        answers.send()
 
 
 # Told how long a flush took, in seconds, for every flush that brought bytes to disk.
@@ -146,17 +179,27 @@ class GroupCommitService(ServiceThread):
     def request(self, next_offset: int) -> Future[bool]:
         """A future that becomes True when the CommitLog is on disk up to ``next_offset``,
         False when the flush timeout passed first."""
-        request = FlushRequest(next_offset, _now_ms() + self.timeout_ms)
+        return self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms)).future
+
+    def request_async(self, next_offset: int) -> asyncio.Future[bool]:
+        """As :meth:`request`, as a future of the running event loop (to be called from it)."""
+        waiter = asyncio.get_running_loop().create_future()
+        request = self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms, waiter))
+        if request.future.done() and not waiter.done():  # answered at once: the service stopped
+            waiter.set_result(request.future.result())
+        return waiter
+
+    def _put(self, request: FlushRequest) -> FlushRequest:
         with self._lock:
             if not self._drained:
                 self._write.append(request)
                 self.watchdog.watch(request)
                 self.wakeup()
-                return request.future
+                return request
         # The service has stopped: answer from the disk as it is, after one more flush.
         self.flusher.flush_all()
-        request.future.set_result(self.flusher.files.flushed_where >= next_offset)
-        return request.future
+        request.future.set_result(self.flusher.files.flushed_where >= request.next_offset)
+        return request
 
     def _swap(self) -> None:
         with self._lock:
@@ -168,6 +211,7 @@ class GroupCommitService(ServiceThread):
         if not requests:
             return
         files = self.flusher.files
+        answers = Answers()
         for request in requests:
             if request.future.done():  # timed out by the watchdog while the disk was stuck
                 continue
@@ -181,8 +225,9 @@ class GroupCommitService(ServiceThread):
                 with self._lock:  # not there yet: retry on the next pass
                     self._write.append(request)
                 continue
-            _answer(request, done)
+            answers.answer(request, done)
         requests.clear()
+        answers.send()
 
     def on_stop(self) -> None:
         # Drain: answer everyone still waiting, after one last flush of everything.
@@ -191,8 +236,10 @@ class GroupCommitService(ServiceThread):
             self._drained = True
             pending = self._write + self._read
             self._write, self._read = [], []
+        answers = Answers()
         for request in pending:
-            _answer(request, self.flusher.files.flushed_where >= request.next_offset)
+            answers.answer(request, self.flusher.files.flushed_where >= request.next_offset)
+        answers.send()
 
 
 class ThoroughEvery:

@@ -308,6 +308,11 @@ class MessageStore:
         """A future that is True once ``results`` are on disk as the flush mode promises."""
         return self.writer.durable(results)
 
+    async def wait_durable(self, results: Sequence[AppendResult]) -> bool:
+        """True once ``results`` are on disk as the flush mode promises, awaited on the running
+        event loop; False when the group commit did not confirm them in time."""
+        return await self.writer.wait_durable(results)
+
     def put(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
         self._check_writable()

@@ -4,7 +4,6 @@ listeners, and waits for the group commit when the flush mode asks for it."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -136,6 +135,14 @@ class MessageWriter:
             return _DONE
         return group_commit.request(max(result.end_offset for result in results))
 
+    async def wait_durable(self, results: Sequence[AppendResult]) -> bool:
+        """As :meth:`durable`, awaited on the running event loop: True at once under ASYNC_FLUSH.
+        The group commit answers every waiter of this loop that one flush covered together."""
+        group_commit = self.services.group_commit
+        if group_commit is None or not results:
+            return True
+        return await group_commit.request_async(max(result.end_offset for result in results))
+
     def put(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
         results = self.append(messages)
@@ -149,7 +156,7 @@ class MessageWriter:
         """As :meth:`put`, awaiting the group commit without blocking the event loop."""
         results = self.append(messages)
         if self.services.group_commit is not None and results:
-            ok = await asyncio.wrap_future(self.durable(results))
+            ok = await self.wait_durable(results)
             if not ok:
                 results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
         return results

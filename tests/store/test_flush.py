@@ -4,6 +4,7 @@ the asyncio entry point and draining at close. The disk is injected through the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -264,6 +265,95 @@ def test_put_async_under_async_flush_returns_at_once(make_store: StoreFactory) -
     results = asyncio.run(store.put_async([message(body=b"async")]))
     assert results[0].status is PutStatus.PUT_OK
     assert [m.body for m in store.read_messages("orders", 0, 0)] == [b"async"]
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the hand-overs other threads make to it."""
+
+    handovers = 0
+
+    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> Any:
+        self.handovers += 1
+        return super().call_soon_threadsafe(*args, **kwargs)
+
+
+def run_counting(scenario: Any) -> tuple[Any, int]:
+    loop = CountingLoop()
+    try:
+        return loop.run_until_complete(scenario()), loop.handovers
+    finally:
+        loop.close()
+
+
+def test_one_flush_answers_a_loops_waiters_in_one_handover(make_store: StoreFactory) -> None:
+    """Twenty producers queued behind a flush are answered together: one hand-over to their loop,
+    not one wake-up each (what waiting through ``asyncio.wrap_future`` costs)."""
+    store = sync_store(make_store, flusher=gated)
+    flusher = store.flusher
+    assert isinstance(flusher, GatedFlusher)
+
+    async def scenario() -> list[bool]:
+        first = asyncio.ensure_future(store.wait_durable(store.append([message(body=b"first")])))
+        await asyncio.sleep(0)  # its request is in
+        assert await asyncio.to_thread(flusher.entered.wait, 10), "the group commit never started a flush"
+        queued = [
+            asyncio.ensure_future(store.wait_durable(store.append([message(body=f"queued-{i}".encode())])))
+            for i in range(20)
+        ]
+        await asyncio.sleep(0)
+        flusher.gate.set()
+        return await asyncio.gather(first, *queued)
+
+    answers, handovers = run_counting(scenario)
+
+    assert answers == [True] * 21
+    # One for the flush the first producer waited on, one for the pass that answered the twenty
+    # (and one for asyncio.to_thread's own answer).
+    assert handovers <= 3
+
+
+def test_the_watchdog_answers_a_loops_waiters_at_their_deadline(make_store: StoreFactory) -> None:
+    store = sync_store(make_store, flusher=gated, sync_flush_timeout_ms=200)
+    flusher = store.flusher
+    assert isinstance(flusher, GatedFlusher)
+    flusher.gate_timeout_s = 60  # only the deadline can answer
+
+    async def scenario() -> list[bool]:
+        waits = [store.wait_durable(store.append([message(body=f"m-{i}".encode())])) for i in range(5)]
+        return await asyncio.wait_for(asyncio.gather(*waits), 10)
+
+    try:
+        answers, _ = run_counting(scenario)
+    finally:
+        flusher.gate.set()
+    assert answers == [False] * 5
+
+
+def test_a_cancelled_waiter_leaves_the_others_answered(make_store: StoreFactory) -> None:
+    store = sync_store(make_store, flusher=gated)
+    flusher = store.flusher
+    assert isinstance(flusher, GatedFlusher)
+
+    async def scenario() -> tuple[bool, bool]:
+        gone = asyncio.ensure_future(store.wait_durable(store.append([message(body=b"gone")])))
+        kept = asyncio.ensure_future(store.wait_durable(store.append([message(body=b"kept")])))
+        await asyncio.sleep(0)
+        gone.cancel()  # its producer went away: the answer finds its waiter cancelled
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        flusher.gate.set()
+        return gone.cancelled(), await asyncio.wait_for(kept, 10)
+
+    (cancelled, kept), _ = run_counting(scenario)
+    assert cancelled and kept is True
+
+
+def test_wait_durable_after_close_does_not_hang(make_store: StoreFactory) -> None:
+    store = sync_store(make_store)
+    results = store.append([message()])
+    store.close()
+
+    assert asyncio.run(asyncio.wait_for(store.wait_durable(results), 2)) is True
 
 
 # -- closing --------------------------------------------------------------------------------------
