@@ -201,14 +201,23 @@ class Pusher:
             cursor.committed = point
 
     async def _run_queue(self, cursor: QueueCursor) -> None:
-        try:
-            await self._read_and_deliver(cursor)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception(
-                "push subscription %s stopped reading %s:%d", self.group, cursor.topic, cursor.queue_id
-            )
+        """Read and deliver the queue until the pusher stops; after an unexpected error, again from
+        where the cursor is (nothing it read and did not deliver is left behind) after the
+        back-off."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await self._read_and_deliver(cursor)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                failures += 1
+                log.exception(
+                    "push subscription %s: reading %s:%d failed", self.group, cursor.topic, cursor.queue_id
+                )
+                self._note_error(f"reading {cursor.topic}:{cursor.queue_id} failed: {error!r}")
+                await self._sleep(self.backoff.after(failures))
 
     async def _read_and_deliver(self, cursor: QueueCursor) -> None:
         """Wait (holding no slot) until the queue has something past the cursor, then take a slot,
@@ -233,10 +242,16 @@ class Pusher:
                 self._slots.release()
                 await self._sleep(wait_s)
                 continue
-            result = store.get_message(
-                cursor.topic, cursor.queue_id, cursor.next_read, self.subscription.batch, self.filter
-            )
-            if not result.records:
+            try:
+                result = store.get_message(
+                    cursor.topic, cursor.queue_id, cursor.next_read, self.subscription.batch, self.filter
+                )
+                records = [bytes(record) for record in result.records]
+                messages = [decode_record(record) for record in records]
+            except BaseException:
+                self._slots.release()
+                raise
+            if not records:
                 self._slots.release()
                 moved = result.next_offset != cursor.next_read
                 cursor.next_read = result.next_offset
@@ -245,15 +260,18 @@ class Pusher:
                     await self._sleep(NOTHING_READ_WAIT_S)
                 await asyncio.sleep(0)  # a long run of filtered-out messages yields between slices
                 continue
-            records = [bytes(record) for record in result.records]
             offsets = list(result.queue_offsets)
             cursor.next_read = result.next_offset
             cursor.in_flight.update(offsets)
-            messages = [decode_record(record) for record in records]
             if self.subscription.ordered:
                 try:
                     await self._deliver_in_order(messages, records)
                     await self._done(cursor, offsets)
+                except Exception:
+                    # Read again once the queue's loop goes on: an ordered queue skips nothing.
+                    cursor.in_flight.difference_update(offsets)
+                    cursor.next_read = offsets[0]
+                    raise
                 finally:
                     self._slots.release()
             else:
@@ -276,15 +294,31 @@ class Pusher:
     async def _deliver(
         self, cursor: QueueCursor, messages: list[StoredMessage], records: list[bytes], offsets: list[int]
     ) -> None:
+        """Send the messages (or, refused, send them back for a retry) and commit them. After an
+        unexpected error the step that failed is tried again after the back-off: the messages stay
+        in flight, holding the group's offset below them, until they are delivered (or, when the
+        pusher stops first, delivered again after a restart)."""
+        answered = False
+        failures = 0
         try:
-            answer = await self._send(messages, records, messages[0].reconsume_times)
-            if not answer.ok:
-                await self._send_back(messages)
-            await self._done(cursor, offsets)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("push subscription %s: a delivery failed", self.group)
+            while True:
+                try:
+                    if not answered:
+                        answer = await self._send(messages, records, messages[0].reconsume_times)
+                        if not answer.ok:
+                            await self._send_back(messages)
+                        answered = True
+                    await self._done(cursor, offsets)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    failures += 1
+                    log.exception("push subscription %s: a delivery failed", self.group)
+                    self._note_error(f"a delivery failed: {error!r}")
+                    if self._stopping.is_set():
+                        return
+                    await self._sleep(self.backoff.after(failures))
         finally:
             self._slots.release()
 

@@ -48,6 +48,9 @@ class ConsumeQueue:
         self.min_logic_offset = 0
         # Global CommitLog offset just past the newest record this queue points at.
         self.max_physical_end = 0
+        # The segment :meth:`prepare` held for the batch being appended, which :meth:`put_run`
+        # writes to without holding it again (None once used, or when prepare held several).
+        self._prepared: MappedFile | None = None
 
     @classmethod
     def open(
@@ -145,12 +148,18 @@ class ConsumeQueue:
             local = position - mapped.file_from_offset
             run = min(count - done, (mapped.file_size - local) // UNIT_SIZE)
             files.reserve(mapped, local + run * UNIT_SIZE)  # done when the batch prepared it
-            if not mapped.hold():  # mapped already when the batch prepared it
-                break
-            try:
+            if mapped is self._prepared:  # held, and mapped, until the batch's end
+                self._prepared = None
                 mapped.mm[local : local + run * UNIT_SIZE] = view[done * UNIT_SIZE : (done + run) * UNIT_SIZE]
-            finally:
-                mapped.release()
+            elif not mapped.hold():  # mapped already when the batch prepared it
+                break
+            else:
+                try:
+                    mapped.mm[local : local + run * UNIT_SIZE] = view[
+                        done * UNIT_SIZE : (done + run) * UNIT_SIZE
+                    ]
+                finally:
+                    mapped.release()
             mapped.wrote_position = local + run * UNIT_SIZE
             done += run
             physical_offset, size, _ = UNIT.unpack_from(view, (done - 1) * UNIT_SIZE)
@@ -167,6 +176,7 @@ class ConsumeQueue:
         start, end = queue_offset * UNIT_SIZE, (queue_offset + count) * UNIT_SIZE
         files = self.files
         last = files.last_file
+        self._prepared = None
         if (
             last is not None
             and last.file_from_offset <= start
@@ -176,6 +186,7 @@ class ConsumeQueue:
             files.reserve(last, end - last.file_from_offset)
             if last.hold():
                 held.append(last)
+                self._prepared = last
             return
         files.prepare_range(start, end)
         for mapped in files.segments_for(start, end):

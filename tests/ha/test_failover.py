@@ -392,7 +392,9 @@ def test_of_two_slaves_the_one_that_holds_every_send_ok_is_promoted(tmp_path: Pa
     to slave 1, whose report is further ahead."""
     proxy, through_proxy = registry_proxy(registry)
     master = broker(tmp_path, through_proxy, "a", 0, broker_role="SYNC_MASTER").start()
-    ahead = broker(tmp_path, registry, "b", 1, broker_role="SLAVE", ha_auto_failover="true", ha_failover_s=8)
+    # Slave 1 waits twice as long as slave 2 (10 s) before acting: slave 2, restarted after the
+    # master's death, still acts first however slowly a loaded machine restarts it.
+    ahead = broker(tmp_path, registry, "b", 1, broker_role="SLAVE", ha_auto_failover="true", ha_failover_s=20)
     behind = broker(tmp_path, registry, "c", 2, broker_role="SLAVE", ha_auto_failover="true")
     ahead.start()
     behind.start()
