@@ -126,13 +126,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restored = await asyncio.to_thread(broker.restore_idempotency)
             log.info("idempotency window: %d unique ids restored from the CommitLog", restored)
             app.state.ws_sessions = WebSocketSessions()
+            # Made before replication starts: a slave copies its master's subscriptions into it.
+            app.state.push = pushes = PushService(broker, HttpPushTransport())
             # A master starts delivering delayed messages (what fell due while the broker was down
             # goes out first); a slave writes only what its master sends.
             await broker.ha.start()
             # A slave's pushers wait: they start reading if it is promoted.
-            pushes = PushService(broker, HttpPushTransport())
             await pushes.start()
-            app.state.push = pushes
             app.state.broker = broker
             settle_garbage_collector()
             yield

@@ -88,6 +88,11 @@ class MetadataOut(BaseModel):
     delay_offsets: list[int] = Field(
         description="The next offset of each delay level's queue (level 1 first): delivered below it"
     )
+    push_subscriptions: list[dict[str, Any]] | None = Field(
+        None,
+        description="Every push subscription of the master, its signing secret included (a slave "
+        "promoted pushes them on)",
+    )
 
 
 @router.get(

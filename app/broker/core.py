@@ -114,6 +114,8 @@ class Broker:
         self.transactions = Transactions(self)
         # Replication: a master streams to slaves, a slave copies its master (app.broker.ha_role).
         self.metadata = MetadataVersion()  # bumped by topic changes; slaves wait on it
+        # Services above the broker whose metadata slaves copy too, by the answer's key.
+        self.metadata_parts: dict[str, ha_metadata.MetadataPart] = {}
         self.master_offsets: dict[ha_metadata.OffsetKey, int] = {}  # a slave's: the master's, last seen
         self.ha = HaRole(self, ha_signal or AppendSignal())
 
@@ -141,7 +143,7 @@ class Broker:
         self.require_master()
         await self.metadata.wait_past(version, min(wait_ms, self.settings.max_wait_ms) / 1000)
         return ha_metadata.snapshot(
-            self.metadata.version, self.topics, self.store, self.delays.schedule.offsets
+            self.metadata.version, self.topics, self.store, self.delays.schedule.offsets, self.metadata_parts
         )
 
     async def apply_master_metadata(self, answer: dict[str, Any]) -> None:
@@ -157,6 +159,9 @@ class Broker:
         self.master_offsets = ha_metadata.offsets_of(answer["offsets"])
         if not self.delays.started:
             await asyncio.to_thread(self.delays.schedule.follow, answer.get("delay_offsets", []))
+        for name, part in self.metadata_parts.items():
+            if name in answer:  # a master without the part leaves the slave's as it is
+                await part.follow_metadata(answer[name])
 
     async def offsets_ahead_of_master(self) -> list[dict[str, Any]]:
         """A slave's committed offsets ahead of its master's last answer: handed to the master.

@@ -1,6 +1,7 @@
 """Metadata a slave copies from its master besides the CommitLog (RocketMQ's SlaveSynchronize):
-topic configurations, consumer offsets (pop consumption keeps its progress there too) and the
-delay levels' delivery progress.
+topic configurations, consumer offsets (pop consumption keeps its progress there too), the
+delay levels' delivery progress, and what services above the broker add as parts of their own
+(:class:`MetadataPart`: the push subscriptions).
 
 The master answers ``GET /v1/ha/metadata?version=V&wait_ms=W`` with ``{"version", "topics",
 "offsets", "delay_offsets"}``, at once when its metadata version is not ``V`` (a topic was created, changed or
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Protocol
 
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.store import MessageStore
@@ -53,16 +54,31 @@ class MetadataVersion:
                 await self._changed.wait()
 
 
+class MetadataPart(Protocol):
+    """Metadata of a service above the broker that a slave copies as it is (a master's answer
+    carries it under the part's name): what the master holds, and the slave taking it, which
+    makes its own what the master's is."""
+
+    def metadata(self) -> Any: ...
+
+    async def follow_metadata(self, found: Any) -> None: ...
+
+
 def snapshot(
-    version: int, topics: TopicConfigManager, store: MessageStore, delay_offsets: list[int]
+    version: int,
+    topics: TopicConfigManager,
+    store: MessageStore,
+    delay_offsets: list[int],
+    parts: dict[str, MetadataPart],
 ) -> dict[str, Any]:
-    """What a slave copies: the master's topic configurations, committed offsets and the next
-    offset of each delay level's queue."""
+    """What a slave copies: the master's topic configurations, committed offsets, the next
+    offset of each delay level's queue, and every part's own."""
     return {
         "version": version,
         "topics": [dataclasses.asdict(config) for config in topics.all()],
         "offsets": [entry._asdict() for entry in store.consumer_offsets.all()],
         "delay_offsets": list(delay_offsets),
+        **{name: part.metadata() for name, part in parts.items()},
     }
 
 

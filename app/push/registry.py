@@ -42,6 +42,11 @@ class PushRegistry:
         with self._lock:
             self._write({**self._subscriptions, subscription.group: subscription})
 
+    def replace_all(self, table: dict[str, PushSubscription]) -> None:
+        """Keep exactly these subscriptions (a slave copying its master's), in one write."""
+        with self._lock:
+            self._write(dict(table))
+
     def delete(self, group: str) -> bool:
         with self._lock:
             if group not in self._subscriptions:

@@ -5,11 +5,16 @@ not committed, and delivered again by the new one.
 
 A new subscription starts at the end of its topic's queues: it is delivered what is produced from
 then on (its offsets are committed at creation, so a restart resumes there).
+
+A slave copies its master's subscriptions, secrets included, with the rest of the master's
+metadata (app.broker.ha_metadata, under ``push_subscriptions``): its pushers wait, and a slave
+promoted pushes what its master did, signed as before, from the offsets it copied too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +23,14 @@ from app.push.endpoint import EndpointGuard, check_endpoint
 from app.push.pusher import Backoff, Pusher, message_filter
 from app.push.registry import PushRegistry
 from app.push.request import PushTransport
-from app.push.subscription import PushSubscription, parse_subscription
+from app.push.subscription import PushSubscription, from_stored, parse_subscription, to_stored
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
 
 log = logging.getLogger(__name__)
+
+METADATA_KEY = "push_subscriptions"  # the subscriptions' key in a master's metadata for its slaves
 
 
 class OffsetPersister:
@@ -64,15 +71,20 @@ class PushService:
         self.persist_offsets = OffsetPersister(broker)
         self.pushers: dict[str, Pusher] = {}
         self._changes = asyncio.Lock()
+        self._started = False
+        broker.metadata_parts[METADATA_KEY] = self
 
     async def start(self) -> None:
-        for subscription in self.registry.all():
-            try:
-                await self._run(subscription)
-            except BrokerError as error:  # its topic was deleted, say: GET shows it stopped
-                log.warning("push subscription %s does not start: %s", subscription.group, error)
+        async with self._changes:
+            self._started = True
+            for subscription in self.registry.all():
+                try:
+                    await self._run(subscription)
+                except BrokerError as error:  # its topic was deleted, say: GET shows it stopped
+                    log.warning("push subscription %s does not start: %s", subscription.group, error)
 
     async def stop(self) -> None:
+        self._started = False
         pushers, self.pushers = list(self.pushers.values()), {}
         await asyncio.gather(*(pusher.stop() for pusher in pushers))
         await self.transport.aclose()
@@ -111,6 +123,7 @@ class PushService:
             self.broker.group_configs.set(group, max_reconsume_times=subscription.max_reconsume_times)
             await self.persist_offsets()
             await asyncio.to_thread(self.registry.put, subscription)
+            self.broker.metadata.bump()  # slaves copy it now
             old = self.pushers.pop(group, None)
             if old is not None:
                 await old.stop()
@@ -150,4 +163,36 @@ class PushService:
             pusher = self.pushers.pop(group, None)
             if pusher is not None:
                 await pusher.stop()
-            return await asyncio.to_thread(self.registry.delete, group)
+            deleted = await asyncio.to_thread(self.registry.delete, group)
+            if deleted:
+                self.broker.metadata.bump()
+            return deleted
+
+    # -- a slave's copy ----------------------------------------------------------------------------
+
+    def metadata(self) -> builtins.list[dict[str, Any]]:
+        """Every subscription as the registry keeps it, secret included: what a slave copies."""
+        return [to_stored(subscription) for subscription in self.registry.all()]
+
+    async def follow_metadata(self, found: builtins.list[dict[str, Any]]) -> None:
+        """Make this broker's subscriptions its master's: each one new or changed is kept and its
+        pusher (re)started (waiting while this broker is a slave), each one gone is stopped and
+        forgotten."""
+        wanted = {subscription.group: subscription for subscription in map(from_stored, found)}
+        async with self._changes:
+            changed = [s for group, s in wanted.items() if self.registry.get(group) != s]
+            gone = [s.group for s in self.registry.all() if s.group not in wanted]
+            if not changed and not gone:
+                return
+            await asyncio.to_thread(self.registry.replace_all, wanted)
+            for subscription in changed:
+                self.broker.group_configs.set(
+                    subscription.group, max_reconsume_times=subscription.max_reconsume_times
+                )
+            if not self._started:
+                return  # start() runs what the registry holds
+            for group in [*gone, *(subscription.group for subscription in changed)]:
+                if (old := self.pushers.pop(group, None)) is not None:
+                    await old.stop()
+            for subscription in changed:
+                await self._run(subscription)

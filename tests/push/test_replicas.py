@@ -1,4 +1,5 @@
-"""Push subscriptions live on masters: a slave refuses one (421, naming its master)."""
+"""Push subscriptions live on masters: a slave refuses one (421, naming its master), copies its
+master's, and once promoted pushes them on, signed with the same secret, from where the group was."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from standardwebhooks import Webhook
 
 from tests.api.server import BrokerProcess
-from tests.push.receiver import wait_until
+from tests.ha.replicas import TOPIC, caught_up
+from tests.ha.test_failover import registry, start_pair  # noqa: F401 - a fixture
+from tests.push.receiver import Receiver, committed, produce, subscribe, wait_until
 
 pytestmark = pytest.mark.slow
+
+BEFORE, AFTER = b'{"step": "before"}', b'{"step": "after"}'
 
 
 def test_a_slave_takes_no_push_subscription(tmp_path: Path) -> None:
@@ -36,3 +42,43 @@ def test_a_slave_takes_no_push_subscription(tmp_path: Path) -> None:
     finally:
         slave.stop()
         master.stop()
+
+
+def test_a_promoted_slave_pushes_its_masters_subscriptions(
+    tmp_path: Path,
+    registry: str,  # noqa: F811
+) -> None:
+    master, slave = start_pair(tmp_path, registry, push_allow_private="true")
+    try:
+        with (
+            Receiver() as receiver,
+            httpx.Client(base_url=master.url, timeout=30) as on_master,
+            httpx.Client(base_url=slave.url, timeout=30) as on_slave,
+        ):
+            secret = subscribe(on_master, "billing", topic=TOPIC, url=receiver.url, batch=1)["secret"]
+            copied = wait_until(
+                lambda: on_slave.get("/v1/groups/billing/push").status_code == 200,
+                what="the subscription on the slave",
+            )
+            assert copied
+            assert on_slave.get("/v1/groups/billing/push").json()["url"] == receiver.url
+            produce(on_master, TOPIC, {"body": '{"step": "before"}', "queue_id": 0})
+            receiver.wait_for(lambda got: any(r.body == BEFORE for r in got))
+            wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
+            wait_until(
+                lambda: committed(on_slave, "billing", TOPIC).get(0) == 1, what="the offset on the slave"
+            )
+
+            master.kill()
+            promoted = on_slave.post("/v1/admin/ha/promote")
+            assert promoted.status_code == 200, promoted.text
+            produce(on_slave, TOPIC, {"body": '{"step": "after"}', "queue_id": 0})
+
+            got = receiver.wait_for(lambda got: any(r.body == AFTER for r in got))
+            after = next(r for r in got if r.body == AFTER)
+            # Signed as the master signed: the receiver's secret still verifies it.
+            assert Webhook(secret).verify(after.body, after.headers) == {"step": "after"}
+            assert [r.body for r in got].count(BEFORE) == 1  # the copied offset: not sent again
+    finally:
+        slave.kill()
+        master.kill()

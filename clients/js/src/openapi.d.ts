@@ -1462,6 +1462,13 @@ export interface components {
              * @description The next offset of each delay level's queue (level 1 first): delivered below it
              */
             delay_offsets: number[];
+            /**
+             * Push Subscriptions
+             * @description Every push subscription of the master, its signing secret included (a slave promoted pushes them on)
+             */
+            push_subscriptions?: {
+                [key: string]: unknown;
+            }[] | null;
         };
         /** NackRequest */
         NackRequest: {
