@@ -99,7 +99,7 @@ def test_examples_are_found() -> None:
     assert readme and all(block.skip is None for block in readme)
     consume = runnable_blocks(ROOT / "docs/guides/consume.md")
     assert [block.lang for block in consume].count("python") == 1
-    assert sum(len(block.commands()) for block in consume if block.lang == "sh") >= 9
+    assert sum(len(block.commands()) for block in consume if block.lang == "sh") >= 8
 
 
 def test_few_examples_are_skipped() -> None:
