@@ -3,13 +3,9 @@ setting, command and operation the code defines, and no page loads anything from
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import typer.main
 import yaml
 
@@ -17,24 +13,6 @@ from app.api.errors import ErrorCode
 from app.cli.main import cli
 from app.settings import Settings
 from tests.docs.examples import ROOT
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as CI builds it: strict, so a broken link or a failed reference fails the build."""
-    out = tmp_path_factory.mktemp("site")
-    mkdocs = Path(sys.executable).parent / "mkdocs"
-    done = subprocess.run(
-        [str(mkdocs), "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
 
 
 def page(site: Path, name: str) -> str:
