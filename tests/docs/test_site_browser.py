@@ -46,7 +46,14 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
-def test_diagrams_render_offline(served: str, chromium: Any) -> None:
+def test_diagrams_render_offline(site: Path, served: str, chromium: Any) -> None:
+    """Every page with a diagram draws each of them, with nothing asked of another host."""
+    with_diagrams = {
+        html.parent.relative_to(site).as_posix(): html.read_text().count('<pre class="mermaid">')
+        for html in site.rglob("index.html")
+        if '<pre class="mermaid">' in html.read_text()
+    }
+    assert with_diagrams.get("concepts/topics-and-queues") == 2, with_diagrams
     context = chromium.new_context()
     page = context.new_page()
     page.set_default_timeout(30_000)
@@ -63,17 +70,17 @@ def test_diagrams_render_offline(served: str, chromium: Any) -> None:
 
     page.route("**/*", route)
     try:
-        page.goto(f"{served}/concepts/topics-and-queues/")
-        # Material draws each diagram into a closed shadow root of a new div.mermaid that replaces the
-        # pre.mermaid holding its source: drawn, no source is left and each div has the diagram's size.
-        page.wait_for_function(
-            "document.querySelectorAll('div.mermaid').length === 2"
-            " && document.querySelectorAll('pre.mermaid').length === 0"
-        )
-        heights = [
-            box["height"] for box in (div.bounding_box() for div in page.locator("div.mermaid").all()) if box
-        ]
-        assert len(heights) == 2 and min(heights) > 100, heights
+        for path, count in with_diagrams.items():
+            page.goto(f"{served}/{path}/")
+            # Material draws each diagram into a closed shadow root of a new div.mermaid that replaces
+            # the pre.mermaid holding its source: drawn, no source is left and each div has a size.
+            page.wait_for_function(
+                f"document.querySelectorAll('div.mermaid').length === {count}"
+                " && document.querySelectorAll('pre.mermaid').length === 0"
+            )
+            boxes = [div.bounding_box() for div in page.locator("div.mermaid").all()]
+            heights = [box["height"] for box in boxes if box]
+            assert len(heights) == count and min(heights) > 100, (path, heights)
         page.goto(f"{served}/reference/errors/")
         assert page.locator('[id="40904"]').count() == 1
     finally:
