@@ -8,8 +8,11 @@ line). See tests/docs/examples.py for how blocks are read and marked.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,11 +28,48 @@ BLOCK_TIMEOUT_S = 60
 MARKER = "@@wharf-example-"
 
 
+class BrokerSupply:
+    """A fresh broker for each page, the next one starting while a page's examples run (a start is
+    most of a page's time). Each broker's store is removed once its page is done."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started = 0
+        self.starter = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.upcoming = self._start()
+
+    def _start(self) -> concurrent.futures.Future[BrokerProcess]:
+        self.started += 1
+        directory = self.root / f"page-{self.started}"
+        directory.mkdir()
+        process = BrokerProcess(directory / "store")
+        return self.starter.submit(process.start)
+
+    def take(self) -> BrokerProcess:
+        process = self.upcoming.result()
+        self.upcoming = self._start()
+        return process
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.upcoming.result().stop()
+        self.starter.shutdown()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def supply(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerSupply]:
+    brokers = BrokerSupply(tmp_path_factory.mktemp("brokers"))
+    yield brokers
+    brokers.close()
+
+
 @pytest.fixture
-def page_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "store").start()
+def page_broker(supply: BrokerSupply) -> Iterator[BrokerProcess]:
+    process = supply.take()
     yield process
     process.stop()
+    shutil.rmtree(process.store_dir.parent, ignore_errors=True)
 
 
 def environment(broker: BrokerProcess) -> dict[str, str]:
