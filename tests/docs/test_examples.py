@@ -46,9 +46,9 @@ class BrokerSupply:
         return self.starter.submit(process.start)
 
     def take(self) -> BrokerProcess:
-        process = self.upcoming.result()
-        self.upcoming = self._start()
-        return process
+        """The broker started for this page (what its start raised fails this page alone)."""
+        upcoming, self.upcoming = self.upcoming, self._start()
+        return upcoming.result()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
