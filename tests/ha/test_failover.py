@@ -392,9 +392,9 @@ def test_of_two_slaves_the_one_that_holds_every_send_ok_is_promoted(tmp_path: Pa
     to slave 1, whose report is further ahead."""
     proxy, through_proxy = registry_proxy(registry)
     master = broker(tmp_path, through_proxy, "a", 0, broker_role="SYNC_MASTER").start()
-    # Slave 1 waits twice as long as slave 2 (10 s) before acting: slave 2, restarted after the
-    # master's death, still acts first however slowly a loaded machine restarts it.
-    ahead = broker(tmp_path, registry, "b", 1, broker_role="SLAVE", ha_auto_failover="true", ha_failover_s=20)
+    # Slave 1 waits 30 s before acting, slave 2 FAILOVER_S once it is back: slave 2, restarted after
+    # the master's death, acts first however slowly a loaded machine restarts it.
+    ahead = broker(tmp_path, registry, "b", 1, broker_role="SLAVE", ha_auto_failover="true", ha_failover_s=30)
     behind = broker(tmp_path, registry, "c", 2, broker_role="SLAVE", ha_auto_failover="true")
     ahead.start()
     behind.start()
@@ -412,7 +412,7 @@ def test_of_two_slaves_the_one_that_holds_every_send_ok_is_promoted(tmp_path: Pa
         master.kill()
         behind.start()
 
-        wait_until(lambda: ha(ahead)["role"] == "SYNC_MASTER", timeout_s=60, what="slave 1's promotion")
+        wait_until(lambda: ha(ahead)["role"] == "SYNC_MASTER", timeout_s=120, what="slave 1's promotion")
         assert ha(behind)["role"] == "SLAVE"
         assert "slave 1 is further ahead" in behind.log()
         assert set(last) <= set(pulled_bodies(ahead))
