@@ -22,9 +22,9 @@ from app.api.schemas import ErrorEnvelope
 from app.api.topics import BrokerDep
 from app.broker import Broker
 from app.broker.delay import LEVEL_NAMES
-from app.broker.delay_message import level_due_ms
+from app.broker.delay_message import TIMER_TOPIC, level_due_ms, record_properties
 from app.store.record import store_timestamp
-from app.store.record_format import LEVEL_DELAYS_MS, SCHEDULE_TOPIC
+from app.store.record_format import LEVEL_DELAYS_MS, PROPERTY_TIMER_OUT_MS, PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC
 
 router = APIRouter(tags=["admin"])
 
@@ -39,6 +39,11 @@ class QueueRange(BaseModel):
     queue_id: int
     min_offset: int
     max_offset: int
+
+
+TIMER_SCAN_LIMIT = 100_000
+TIMER_SCAN_BATCH = 1000
+HOUR_MS = 3_600_000
 
 
 class AdminTopic(BaseModel):
@@ -82,8 +87,18 @@ class DelayLevelOut(BaseModel):
     )
 
 
+class TimerOut(BaseModel):
+    due_next_hour: int = Field(description="Messages for an arbitrary time due within the next hour")
+    due_later: int = Field(description="Those due after the next hour")
+    next_due_ms: int | None = Field(description="When the earliest is due (epoch ms); none if none")
+    complete: bool = Field(
+        description=f"Whether every stored timer message was looked at (at most {TIMER_SCAN_LIMIT:,} are)"
+    )
+
+
 class DelaysOut(BaseModel):
     levels: list[DelayLevelOut]
+    timer: TimerOut = Field(description="Messages produced with delay_ms or deliver_at_ms, not delivered yet")
     now_ms: int = Field(description="The broker's clock when it answered (epoch ms)")
 
 
@@ -247,9 +262,38 @@ def delay_levels(broker: BrokerDep) -> dict[str, Any]:
                 "next_due_ms": next_due,
             }
         )
+    now = int(time.time() * 1000)
     return {
         "levels": levels,
+        "timer": _timer_backlog(broker, now),
         "now_ms": int(time.time() * 1000),
+    }
+
+
+def _timer_backlog(broker: Broker, now_ms: int) -> dict[str, Any]:
+    """Read the timer topic from its start: a message whose time is still ahead is not delivered
+    yet. A long wait is stored again as it rolls; its copies share its unique id and count once."""
+    store = broker.store
+    offset, end = store.min_offset(TIMER_TOPIC, 0), store.max_offset(TIMER_TOPIC, 0)
+    start = max(offset, end - TIMER_SCAN_LIMIT)
+    due: dict[str, int] = {}
+    offset = start
+    while offset < end:
+        result = store.get_message(TIMER_TOPIC, 0, offset, TIMER_SCAN_BATCH)
+        if result.next_offset <= offset:
+            break
+        for record, queue_offset in zip(result.records, result.queue_offsets, strict=True):
+            properties = record_properties(record)
+            due_ms = int(properties.get(PROPERTY_TIMER_OUT_MS, "0") or 0)
+            if due_ms > now_ms:
+                due[properties.get(PROPERTY_UNIQ_KEY) or f"#{queue_offset}"] = due_ms
+        offset = result.next_offset
+    soon = sum(1 for at in due.values() if at <= now_ms + HOUR_MS)
+    return {
+        "due_next_hour": soon,
+        "due_later": len(due) - soon,
+        "next_due_ms": min(due.values()) if due else None,
+        "complete": start == store.min_offset(TIMER_TOPIC, 0),
     }
 
 

@@ -98,6 +98,39 @@ def test_delay_levels_count_pending_and_the_next_due_time(client: httpx.Client, 
     assert levels[3]["pending"] == 0 and levels[3]["next_due_ms"] is None
 
 
+def test_timer_messages_are_counted_by_when_they_are_due(client: httpx.Client, topic: str) -> None:
+    before = client.get("/v1/admin/delays").json()["timer"]
+    now_ms = int(time.time() * 1000)
+    answer = client.post(
+        f"/v1/topics/{topic}/messages",
+        json={
+            "messages": [
+                {"body": "in half an hour", "delay_ms": 1_800_000},
+                {"body": "in three hours", "deliver_at_ms": now_ms + 3 * 3_600_000},
+            ]
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    timer = client.get("/v1/admin/delays").json()["timer"]
+    assert timer["due_next_hour"] == before["due_next_hour"] + 1
+    assert timer["due_later"] == before["due_later"] + 1
+    assert now_ms + 1_790_000 <= timer["next_due_ms"] <= int(time.time() * 1000) + 1_800_000
+    assert timer["complete"] is True
+
+
+def test_a_timer_message_leaves_the_count_when_delivered(client: httpx.Client, topic: str) -> None:
+    before = client.get("/v1/admin/delays").json()["timer"]["due_next_hour"]
+    client.post(
+        f"/v1/topics/{topic}/messages", json={"body": "in two seconds", "delay_ms": 2000, "queue_id": 0}
+    )
+    assert client.get("/v1/admin/delays").json()["timer"]["due_next_hour"] == before + 1
+    deadline = time.monotonic() + 15
+    while client.get(f"/v1/topics/{topic}/queues").json()["queues"][0]["max_offset"] < 1:
+        assert time.monotonic() < deadline, "the timer message was not delivered"
+        time.sleep(0.1)
+    assert client.get("/v1/admin/delays").json()["timer"]["due_next_hour"] == before
+
+
 def test_a_delayed_message_leaves_the_count_when_delivered(client: httpx.Client, topic: str) -> None:
     client.post(f"/v1/topics/{topic}/messages", json={"body": "soon", "delay_level": 1, "queue_id": 0})
     deadline = time.monotonic() + 15

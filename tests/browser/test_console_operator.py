@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.server import BrokerProcess
+from tests.api.server import BrokerProcess, free_port
 from tests.browser.conftest import ARTIFACTS_DIR, Pages, in_ci
 from tests.browser.layout import DESKTOP, PHONE, VIEWPORTS, assert_no_horizontal_overflow, assert_reachable
 from tests.transactions.transacting import wait_until
@@ -45,6 +45,16 @@ VIEWS = [
     "tail",
     "produce",
 ]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """The module's broker; push subscriptions may name this machine (the test's endpoint)."""
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("operator") / "store", hold_check_interval_ms=60000, push_allow_private=True
+    ).start()
+    yield process
+    process.stop()
 
 
 def open_console(pages: Pages, broker: BrokerProcess, size: tuple[int, int] = DESKTOP, **options: Any) -> Any:
@@ -230,6 +240,41 @@ def test_a_delayed_message_is_counted_then_delivered(
     expect(level.locator("td").nth(2)).to_have_text("0", timeout=30_000)
     assert bodies(client, topic) == ["in ten seconds"]
 
+    # A message for an arbitrary time, counted as due within the hour.
+    soon = int(page.locator("#timer-next-hour").text_content())
+    produce(client, topic, {"body": "in twenty minutes", "delay_ms": 1_200_000})
+    expect(page.locator("#timer-next-hour")).to_have_text(str(soon + 1))
+    expect(page.locator("#timer-next")).to_contain_text("(in ")
+
+
+def test_a_push_subscription_shows_its_errors_and_is_paused_and_resumed(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client
+) -> None:
+    topic, group = "ops-push", "ops-push-group"
+    make_topic(client, topic, 1)
+    endpoint = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    made = client.put(f"/v1/groups/{group}/push", json={"topic": topic, "url": endpoint, "timeout_ms": 1000})
+    assert made.status_code == 201, made.text
+    produce(client, topic, {"body": "undeliverable"})
+
+    page = open_console(pages, broker)
+    row = page.locator(f'#push-table tr[data-group="{group}"]')
+    expect(row.locator("td").nth(3)).to_have_text("running")
+    expect(row.locator("td").nth(9)).not_to_have_text("-", timeout=20_000)  # the failed delivery's error
+    assert_reachable(page, row.locator("button.push-pause"))
+    row.locator("button.push-pause").click()
+    expect(row.locator("td").nth(3)).to_have_text("paused")
+    view = client.get(f"/v1/groups/{group}/push").json()
+    assert view["paused"] is True and (view["topic"], view["url"], view["timeout_ms"]) == (
+        topic,
+        endpoint,
+        1000,
+    )
+    row.locator("button.push-resume").click()
+    expect(row.locator("td").nth(3)).to_have_text("running")
+    assert client.get(f"/v1/groups/{group}/push").json()["paused"] is False
+    client.delete(f"/v1/groups/{group}/push")
+
 
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
@@ -334,6 +379,12 @@ def test_every_view_with_state_at_a_desktops_and_a_phones_width(
         json={"messages": [{"body": "a held order"}]},
     )
     produce(client, topic, {"body": "in two hours", "delay_level": 18})
+    hook = f"http://127.0.0.1:{free_port()}/orders-hook"
+    pushed = client.put(
+        f"/v1/groups/{group}-push/push", json={"topic": topic, "url": hook, "timeout_ms": 1000}
+    )
+    assert pushed.status_code in (200, 201), pushed.text
+    produce(client, topic, {"body": "for the hook", "queue_id": 0})  # a push starts from the end
 
     page = open_console(pages, broker, size)
     group_row = page.locator(f'#groups-table tr[data-group="{group}"]').first
@@ -345,7 +396,11 @@ def test_every_view_with_state_at_a_desktops_and_a_phones_width(
     page.fill("#browse-topic", topic)
     page.select_option("#body-format", "json")
     page.click("#browse-show")
-    expect(page.locator("#browse-result .encoding").first).to_have_text("JSON ")
+    plain = page.locator("#browse-result tr", has_text="for the hook")
+    expect(plain.locator(".encoding")).to_have_text("not JSON: as text ")
+    parsed = page.locator("#browse-result tr", has_text='"order": 3')
+    expect(parsed.locator(".encoding")).to_have_text("JSON ")
+    expect(parsed.locator(".body-text")).to_have_text('{\n  "order": 3,\n  "state": "paid"\n}')
     expect(page.locator("#delays-table tr[data-level='18'] td").nth(2)).not_to_have_text("0")
     expect(page.locator("#tx-table tbody tr").first).to_contain_text("views-producers")
     page.select_option("#lookup-mode", "key")
@@ -354,6 +409,9 @@ def test_every_view_with_state_at_a_desktops_and_a_phones_width(
     page.click("#lookup-form button[type=submit]")
     expect(page.locator("#lookup-result tr[data-msg-id]")).to_have_count(1)
     expect(page.locator("#slaves-table tbody")).to_contain_text("no slave connected")
+    expect(page.locator(f'#push-table tr[data-group="{group}-push"] td').nth(9)).not_to_have_text(
+        "-", timeout=20_000
+    )
 
     assert_no_horizontal_overflow(page)
     for view in VIEWS:

@@ -58,6 +58,10 @@ function updateRows(tbody, items, keyOf, render, empty) {
   });
   const current = [...tbody.children];
   if (!rows.length && current.length === 1 && current[0].classList.contains("empty")) return;
+  if (!rows.length && !current.length) {
+    replaceRows(tbody, rows, empty);
+    return;
+  }
   if (rows.length !== current.length || rows.some((row, index) => row !== current[index])) {
     replaceRows(tbody, rows, empty);
   }
@@ -265,6 +269,35 @@ function renderTopics(page) {
   showPage("topics", page.total, page.topics.length);
 }
 
+function pushActions(push) {
+  const button = el("button", { type: "button", className: push.paused ? "push-resume" : "push-pause", text: push.paused ? "Resume" : "Pause" });
+  button.addEventListener("click", () => setPaused(push, !push.paused));
+  return el("div", { className: "actions" }, [button]);
+}
+
+/** PUT the subscription back as it is, but paused or not (its secret is kept when left out). */
+async function setPaused(push, paused) {
+  const body = {
+    topic: push.topic,
+    url: push.url,
+    ordered: push.ordered,
+    max_in_flight: push.max_in_flight,
+    batch: push.batch,
+    timeout_ms: push.timeout_ms,
+    max_reconsume_times: push.max_reconsume_times,
+    format: push.format,
+    paused,
+  };
+  if (push.filter) body.filter = push.filter;
+  try {
+    await api(`${paused ? "pause" : "resume"} the push subscription of ${push.group}`, (client) =>
+      client.request("put", "/v1/groups/{group}/push", { path: { group: push.group }, body }));
+  } catch (error) {
+    showNotice(error.message);
+  }
+  refresh();
+}
+
 function renderOverview(data) {
   const broker = data.broker;
   $("#broker-identity").textContent =
@@ -297,7 +330,8 @@ function renderOverview(data) {
     cell("delivered", formatNumber(push.state.delivered ?? 0)),
     cell("failed", formatNumber(push.state.failed ?? 0)),
     cell("dead letters", formatNumber(push.state.dead_lettered ?? 0)),
-    cell("last error", push.state.last_error ? push.state.last_error.message : "-"),
+    cell("last error", push.state.last_error ? `${formatTime(push.state.last_error.at_ms)}: ${push.state.last_error.message}` : "-"),
+    cell("actions", pushActions(push)),
   ]), "no push subscription");
 
   paging.groups.next = data.groups_next_cursor;

@@ -189,7 +189,7 @@ export async function showDeadLetters(group, { more = false } = {}) {
     cap.hidden = false;
     cap.textContent = `Dead letters below offset ${page.resent_until} were resent by an earlier "resend all". ` +
       `One "resend all" sends at most ${formatNumber(MAX_RESEND)}; press it again for the rest.`;
-    say(state, `${dlq.shown.length} dead letters of ${group} shown`);
+    say(state, `${dlq.shown.length} dead letter${dlq.shown.length === 1 ? "" : "s"} of ${group} shown`);
   } catch (error) {
     say(state, error.message, true);
   }
@@ -309,7 +309,14 @@ export async function renderDelays() {
       cell("next due", level.next_due_ms ? `${formatTime(level.next_due_ms)} (in ${formatAge(level.next_due_ms - view.now_ms)})` : "-"),
     ])));
     const pending = view.levels.reduce((sum, level) => sum + level.pending, 0);
-    say(state, `${formatNumber(pending)} delayed messages pending over ${view.levels.filter((level) => level.pending).length} levels`);
+    const busy = view.levels.filter((level) => level.pending).length;
+    say(state, `${formatNumber(pending)} delayed message${pending === 1 ? "" : "s"} pending in ${busy} level${busy === 1 ? "" : "s"}`);
+    const timer = view.timer;
+    $("#timer-next-hour").textContent = formatNumber(timer.due_next_hour);
+    $("#timer-later").textContent = formatNumber(timer.due_later);
+    $("#timer-next").textContent = timer.next_due_ms
+      ? `${formatTime(timer.next_due_ms)} (in ${formatAge(timer.next_due_ms - view.now_ms)})` : "-";
+    $("#timer-note").textContent = timer.complete ? "" : "counted over the latest timer messages only";
   } catch (error) {
     say(state, error.message, true);
   }

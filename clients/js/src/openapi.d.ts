@@ -1066,6 +1066,8 @@ export interface components {
         DelaysOut: {
             /** Levels */
             levels: components["schemas"]["DelayLevelOut"][];
+            /** @description Messages produced with delay_ms or deliver_at_ms, not delivered yet */
+            timer: components["schemas"]["TimerOut"];
             /**
              * Now Ms
              * @description The broker's clock when it answered (epoch ms)
@@ -2406,6 +2408,29 @@ export interface components {
              * @description Whether the slave is close enough to count for SYNC_MASTER
              */
             in_sync: boolean;
+        };
+        /** TimerOut */
+        TimerOut: {
+            /**
+             * Due Next Hour
+             * @description Messages for an arbitrary time due within the next hour
+             */
+            due_next_hour: number;
+            /**
+             * Due Later
+             * @description Those due after the next hour
+             */
+            due_later: number;
+            /**
+             * Next Due Ms
+             * @description When the earliest is due (epoch ms); none if none
+             */
+            next_due_ms: number | null;
+            /**
+             * Complete
+             * @description Whether every stored timer message was looked at (at most 100,000 are)
+             */
+            complete: boolean;
         };
         /**
          * TopicBulkCreate
