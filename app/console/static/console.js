@@ -324,7 +324,7 @@ function renderOverview(data) {
     cell("group", push.group, "name"),
     cell("topic", push.topic),
     cell("endpoint", push.url),
-    cell("state", push.paused ? "paused" : push.ordered ? "running, ordered" : "running"),
+    cell("state", push.paused ? "paused" : push.ordered ? "running, ordered" : "running", "whole"),
     cell("lag", formatNumber(push.state.lag ?? 0)),
     cell("in flight", String(push.state.in_flight ?? 0)),
     cell("delivered", formatNumber(push.state.delivered ?? 0)),
