@@ -284,6 +284,7 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/console/{file:path}", OPEN, "open (the console's static files)"),
     Rule("OPTIONS", "/{rest:path}", OPEN, "open (CORS preflight; no route answers OPTIONS)"),
     Rule("GET", "/v1/stats", ACCOUNT, "any account"),
+    Rule("GET", "/v1/access", ACCOUNT, "any account"),
     Rule("GET", "/metrics", Need.admin("scraping the metrics (every topic's and group's counters)"), "admin"),
     Rule("POST", "/v1/topics/{topic}/messages", produce, "PUB on the topic; admin if it would be created"),
     Rule("GET", "/v1/topics/{topic}/messages", _on_topic(Action.SUB), "SUB on the topic"),

@@ -35,6 +35,8 @@ from app.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
+# Where the request's Principal is kept in the ASGI scope, for GET /v1/access to answer.
+PRINCIPAL_SCOPE_KEY = "wharf.principal"
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="wharf"'}
 MAX_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes, 2 of them the code
 
@@ -129,6 +131,7 @@ class AclMiddleware:
         body = _ReplayedBody(receive, self.max_body_bytes)
         try:
             principal = self._principal(scope, token)
+            scope[PRINCIPAL_SCOPE_KEY] = principal
             account = principal.account
             if not principal.trusted and account is not None and not account.admin:
                 need = ACCOUNT

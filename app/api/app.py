@@ -22,6 +22,7 @@ from app.api import (
     locks,
     lookup,
     messages,
+    operator,
     pop,
     push,
     topics,
@@ -191,6 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(transactions.router)
     app.include_router(push.router)
     app.include_router(admin.router)
+    app.include_router(operator.router)
     app.include_router(ha.router)
     app.include_router(ws_router)
     install_console(app)

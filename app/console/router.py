@@ -4,9 +4,9 @@ and groups a page at a time)."""
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from app.api.paging import CursorParam, decode_cursor, encode_cursor
 from app.api.topics import BrokerDep
@@ -68,9 +68,11 @@ def overview(
     broker: BrokerDep,
     topics_cursor: CursorParam = None,
     groups_cursor: CursorParam = None,
+    groups_q: Annotated[str | None, Query(max_length=255)] = None,
 ) -> dict[str, Any]:
     """Broker identity and counters over everything; one page of topics (with queue offsets) and
-    one page of groups (with lag per queue), 100 each, by name, with cursors for the next ones."""
+    one page of groups (with lag per queue), 100 each, by name, with cursors for the next ones;
+    ``groups_q``: only the groups whose name contains it (case-insensitive)."""
     settings, store = broker.settings, broker.store
     stored = 0
     for config in broker.topics.all():
@@ -98,9 +100,9 @@ def overview(
         )
     members = getattr(request.app.state, "ws_group_members", None)
     # Pairs sort as "group NUL topic": the order of (group, topic).
-    pairs = sorted(
-        f"{group}\0{topic}" for group, topic in known_groups(request, broker) if broker.topics.get(topic)
-    )
+    needle = (groups_q or "").lower()
+    every = [(group, topic) for group, topic in known_groups(request, broker) if broker.topics.get(topic)]
+    pairs = sorted(f"{group}\0{topic}" for group, topic in every if needle in group.lower())
     chosen, groups_after = _page(pairs, decode_cursor("console-groups", groups_cursor))
     groups = []
     for pair in chosen:
@@ -130,8 +132,9 @@ def overview(
             "stored": stored,
             "consumed": consumed,
             "topics": len(broker.topics),
-            "groups": len(pairs),
+            "groups": len(every),
         },
+        "groups_matching": len(pairs),
         "topics": topics,
         "topics_next_cursor": encode_cursor("console-topics", configs[-1].name) if more else None,
         "groups": groups,

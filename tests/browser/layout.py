@@ -20,7 +20,17 @@ def assert_no_horizontal_overflow(page: Any) -> None:
     scroll_width, client_width = page.evaluate(
         "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
     )
-    assert scroll_width <= client_width, f"the page is {scroll_width} px wide in a {client_width} px window"
+    if scroll_width > client_width:
+        wider = page.evaluate(WIDER)
+        raise AssertionError(f"the page is {scroll_width} px wide in a {client_width} px window: {wider}")
+
+
+# The innermost elements whose content is wider than they are, or that reach past the window's edge.
+WIDER = """() => [...document.querySelectorAll("body *")]
+  .filter((node) => (node.clientWidth > 0 && node.scrollWidth > node.clientWidth)
+    || node.getBoundingClientRect().right > document.documentElement.clientWidth)
+  .reverse().slice(0, 5)
+  .map((node) => `${node.tagName.toLowerCase()}${node.id ? "#" + node.id : ""} (${node.scrollWidth} px in ${node.clientWidth})`)"""
 
 
 def assert_reachable(page: Any, locator: Any) -> None:

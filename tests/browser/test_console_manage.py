@@ -119,14 +119,19 @@ def test_a_topic_from_creation_to_deletion(
     assert_no_horizontal_overflow(page)
     save_screenshot(page, "manage")
 
-    # Delete the topic, after a second click.
+    # Delete the topic once its name is typed again.
     delete = row.locator("button.delete-topic")
     assert_reachable(page, delete)
     delete.click()
     confirm = row.locator("button.confirm-delete")
     expect(row).to_contain_text(f"Delete {topic} and all its messages?")
-    assert client.get(f"/v1/topics/{topic}").status_code == 200  # not before the confirmation
     assert_reachable(page, confirm)
+    confirm.click()  # nothing typed
+    expect(row.locator(".confirm-why")).to_have_text(f"type {topic} exactly to delete it")
+    row.locator("input.confirm-name").fill(topic[:-1])
+    confirm.click()
+    assert client.get(f"/v1/topics/{topic}").status_code == 200  # not before the confirmation
+    row.locator("input.confirm-name").fill(topic)
     confirm.click()
     expect(page.locator("#create-topic-result")).to_have_text(f"deleted {topic}")
     expect(row).to_have_count(0)

@@ -126,18 +126,55 @@ def test_the_console_signs_in_for_this_tab_only(pages: Pages, acl_broker: Broker
         )
 
 
-def test_an_action_not_allowed_is_named(pages: Pages, acl_broker: BrokerProcess) -> None:
+def test_an_account_without_admin_sees_no_admin_action_and_is_refused_anyway(
+    pages: Pages, acl_broker: BrokerProcess
+) -> None:
     refused = httpx.post(f"{acl_broker.url}/v1/topics", json={"name": "not-mine"}, headers=basic(READER))
     assert refused.status_code == 403, f"the reader account may create topics: {refused.text} (see ACL above)"
+    made = httpx.post(
+        f"{acl_broker.url}/v1/topics", json={"name": "readers-topic", "queues": 1}, headers=basic(ADMIN)
+    )
+    assert made.status_code in (200, 201), made.text
     page = pages.open(acl_broker.url, width=DESKTOP[0], height=DESKTOP[1])
     page.goto("/console/")
     sign_in(page, READER)
+    expect(page.locator("body")).to_have_attribute("data-admin", "false")
+
+    # The reader sees the topic, and no button to delete it, create a topic or promote the broker.
+    row = page.locator('#topics-table tr[data-topic="readers-topic"]')
+    expect(row).to_be_visible()
+    expect(row.locator("button.browse")).to_be_visible()
+    expect(row.locator("button.delete-topic")).to_be_hidden()
+    expect(page.locator("#create-topic")).to_be_hidden()
+    expect(page.locator("#promote")).to_be_hidden()
+    expect(page.locator("#dlq-resend-all")).to_be_hidden()
+    expect(page.locator("#tx-table")).to_contain_text("needs an admin account")
+    save_screenshot(page, "reader")
+
+    # The console is not the guard: the hidden button, shown and pressed, is refused by the broker.
+    page.eval_on_selector("#create-topic-form", "form => form.classList.remove('admin-only')")
     page.fill("#create-topic-name", "not-mine")
     page.click("#create-topic")
     notice = page.locator("#notice")
     expect(notice).to_be_visible()
     expect(notice).to_contain_text(f"Not allowed as {READER[0]}: create topic not-mine")
     expect(page.locator("#create-topic-result")).to_contain_text("Not allowed")
+    assert httpx.get(f"{acl_broker.url}/v1/topics/not-mine", headers=basic(ADMIN)).status_code == 404
     save_screenshot(page, "forbidden")
     page.click("#notice-close")
     expect(notice).to_be_hidden()
+
+
+def test_an_admin_account_sees_the_admin_actions(pages: Pages, acl_broker: BrokerProcess) -> None:
+    made = httpx.post(
+        f"{acl_broker.url}/v1/topics", json={"name": "admins-topic", "queues": 1}, headers=basic(ADMIN)
+    )
+    assert made.status_code in (200, 201), made.text
+    page = pages.open(acl_broker.url, width=DESKTOP[0], height=DESKTOP[1])
+    page.goto("/console/")
+    sign_in(page, ADMIN)
+    expect(page.locator("body")).to_have_attribute("data-admin", "true")
+    row = page.locator('#topics-table tr[data-topic="admins-topic"]')
+    expect(row.locator("button.delete-topic")).to_be_visible()
+    expect(page.locator("#create-topic")).to_be_visible()
+    expect(page.locator("#promote")).to_be_visible()

@@ -72,8 +72,12 @@ function detailOf(error) {
  * the listeners. */
 function refusal(error, action, stored) {
   if (error.status === 401) {
-    if (stored) clearCredentials();
-    for (const listener of listeners.signInNeeded) listener(Boolean(stored));
+    // A call sent before a sign-in (or with credentials since replaced) says nothing of the ones
+    // kept now: only a refusal of these clears them and asks again.
+    if (JSON.stringify(credentials()) === JSON.stringify(stored)) {
+      if (stored) clearCredentials();
+      for (const listener of listeners.signInNeeded) listener(Boolean(stored));
+    }
     return new ApiError(`sign-in needed (${detailOf(error)})`, { status: 401, body: error.body });
   }
   if (error.status === 403) {

@@ -2,7 +2,12 @@
 // through @wharf/client (see api.js).
 import { ApiError, api, clearCredentials, credentials, on, saveCredentials, tail } from "./api.js";
 import { drawRates } from "./chart.js";
-import { cell, el, formatTime, messageHead, messageRow, messageTable } from "./messages.js";
+import { cell, el, formatTime, messageHead, messageRow, messageTable, setBodyFormat } from "./messages.js";
+import {
+  access, applyAccess, cancelPromote, closeGroup, currentGroup, loadAccess, moreDeadLetters, promoteClicked,
+  refreshGroup, renderDelays, renderReplication, renderTransactions, resendAll, runningMembers, showDeadLetters,
+  showGroup,
+} from "./operator.js";
 
 const REFRESH_MS = 2000;
 const RATE_WINDOW_MS = 120_000;
@@ -12,6 +17,7 @@ const BROWSE_PER_QUEUE = 20;
 const BROWSE_ROWS = 50;
 const BROWSE_PARALLEL = 8;
 const PAGE = 100;
+const DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h";
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -52,6 +58,10 @@ function updateRows(tbody, items, keyOf, render, empty) {
   });
   const current = [...tbody.children];
   if (!rows.length && current.length === 1 && current[0].classList.contains("empty")) return;
+  if (!rows.length && !current.length) {
+    replaceRows(tbody, rows, empty);
+    return;
+  }
   if (rows.length !== current.length || rows.some((row, index) => row !== current[index])) {
     replaceRows(tbody, rows, empty);
   }
@@ -108,8 +118,10 @@ function signIn(event) {
   saveCredentials($("#signin-access").value.trim(), $("#signin-secret").value);
   $("#signin").hidden = true;
   showAccount();
-  refresh();
-  renderClusters();
+  loadAccess().then(() => {
+    refresh();
+    renderClusters();
+  });
 }
 
 function signOut() {
@@ -158,12 +170,23 @@ const paging = {
   groups: { cursors: [null], next: null },
 };
 
+// What the search boxes asked for, as last submitted.
+const searches = { topics: "", groups: "" };
+
+function search(name, event) {
+  event.preventDefault();
+  searches[name] = $(`#${name}-search`).value.trim();
+  paging[name] = { cursors: [null], next: null };
+  refresh();
+}
+
 function showPage(name, total, shown) {
   const state = paging[name];
   const first = (state.cursors.length - 1) * PAGE;
+  const of = total === null ? "" : ` of ${formatNumber(total)}`;
   $(`#${name}-page`).textContent = shown
-    ? `${formatNumber(first + 1)}–${formatNumber(first + shown)} of ${formatNumber(total)}`
-    : `none of ${formatNumber(total)}`;
+    ? `${formatNumber(first + 1)}–${formatNumber(first + shown)}${of}`
+    : `none${of}`;
   $(`#${name}-prev`).disabled = state.cursors.length === 1;
   $(`#${name}-next`).disabled = !state.next;
 }
@@ -181,19 +204,31 @@ let confirmingDelete = null;
 
 function topicActions(name) {
   if (confirmingDelete === name) {
-    const yes = el("button", { type: "button", className: "danger confirm-delete", text: "Yes, delete" });
+    // The name typed again, as the broker cannot take a delete back.
+    const typed = el("input", { className: "confirm-name", "aria-label": `type ${name} to confirm`, placeholder: name, autocomplete: "off" });
+    const yes = el("button", { type: "button", className: "danger confirm-delete", text: "Delete" });
     const no = el("button", { type: "button", className: "cancel-delete", text: "Cancel" });
-    yes.addEventListener("click", () => deleteTopic(name));
+    const why = el("span", { className: "error confirm-why", role: "alert" });
+    const attempt = () => {
+      if (typed.value.trim() === name) deleteTopic(name);
+      else why.textContent = `type ${name} exactly to delete it`;
+    };
+    yes.addEventListener("click", attempt);
+    typed.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") attempt();
+      if (event.key === "Escape") no.click();
+    });
     no.addEventListener("click", () => {
       confirmingDelete = null;
       refresh();
     });
+    queueMicrotask(() => typed.focus());
     return el("div", { className: "actions" }, [
-      el("span", { className: "error", text: `Delete ${name} and all its messages?` }), yes, no,
+      el("span", { className: "error", text: `Delete ${name} and all its messages? Type its name:` }), typed, yes, no, why,
     ]);
   }
   const browse = el("button", { type: "button", className: "browse", text: "Messages" });
-  const remove = el("button", { type: "button", className: "danger delete-topic", text: "Delete" });
+  const remove = el("button", { type: "button", className: "danger delete-topic admin-only", text: "Delete" });
   browse.addEventListener("click", () => browseTopic(name));
   remove.addEventListener("click", () => {
     confirmingDelete = name;
@@ -203,6 +238,13 @@ function topicActions(name) {
 }
 
 function groupActions(group, topic) {
+  const details = el("button", { type: "button", className: "group-details", text: "Members and lag" });
+  details.addEventListener("click", () => showGroup(group));
+  const letters = el("button", { type: "button", className: "group-dlq", text: "Dead letters" });
+  letters.addEventListener("click", () => {
+    $("#dead-letters").scrollIntoView();
+    showDeadLetters(group);
+  });
   const reset = el("button", { type: "button", className: "reset-group", text: "Reset offsets" });
   reset.addEventListener("click", () => {
     $("#reset-group").value = group;
@@ -210,7 +252,50 @@ function groupActions(group, topic) {
     $("#reset-form").scrollIntoView({ block: "center" });
     $("#reset-to").focus();
   });
-  return el("div", { className: "actions" }, [reset]);
+  return el("div", { className: "actions" }, [details, letters, reset]);
+}
+
+function renderTopics(page) {
+  updateRows($("#topics-table tbody"), page.topics, (topic) => topic.name, (topic) => el("tr", { "data-topic": topic.name }, [
+    cell("topic", topic.name, "name"),
+    cell("read / write queues", `${topic.read_queues} / ${topic.write_queues}`),
+    cell("perm", `${topic.perm}${topic.order ? ", ordered" : ""}`),
+    cell("messages", topic.messages === null ? "-" : formatNumber(topic.messages)),
+    cell("queues", topic.queues.map((queue) =>
+      el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}` }))),
+    cell("actions", topicActions(topic.name)),
+  ]), searches.topics ? `no topic name contains ${searches.topics}` : "no topic yet");
+  paging.topics.next = page.next_cursor ?? null;
+  showPage("topics", page.total, page.topics.length);
+}
+
+function pushActions(push) {
+  const button = el("button", { type: "button", className: push.paused ? "push-resume" : "push-pause", text: push.paused ? "Resume" : "Pause" });
+  button.addEventListener("click", () => setPaused(push, !push.paused));
+  return el("div", { className: "actions" }, [button]);
+}
+
+/** PUT the subscription back as it is, but paused or not (its secret is kept when left out). */
+async function setPaused(push, paused) {
+  const body = {
+    topic: push.topic,
+    url: push.url,
+    ordered: push.ordered,
+    max_in_flight: push.max_in_flight,
+    batch: push.batch,
+    timeout_ms: push.timeout_ms,
+    max_reconsume_times: push.max_reconsume_times,
+    format: push.format,
+    paused,
+  };
+  if (push.filter) body.filter = push.filter;
+  try {
+    await api(`${paused ? "pause" : "resume"} the push subscription of ${push.group}`, (client) =>
+      client.request("put", "/v1/groups/{group}/push", { path: { group: push.group }, body }));
+  } catch (error) {
+    showNotice(error.message);
+  }
+  refresh();
 }
 
 function renderOverview(data) {
@@ -223,16 +308,6 @@ function renderOverview(data) {
   $("#stat-held").textContent = formatNumber(data.stats.held_pulls);
   $("#stat-commitlog").textContent = formatNumber(data.stats.commitlog_max_offset);
 
-  updateRows($("#topics-table tbody"), data.topics, (topic) => topic.name, (topic) => el("tr", { "data-topic": topic.name }, [
-    cell("topic", topic.name, "name"),
-    cell("read / write queues", `${topic.read_queues} / ${topic.write_queues}`),
-    cell("perm", String(topic.perm)),
-    cell("messages", formatNumber(topic.messages)),
-    cell("queues", topic.queues.map((queue) =>
-      el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}` }))),
-    cell("actions", topicActions(topic.name)),
-  ]), "no topic yet");
-
   updateRows($("#groups-table tbody"), data.groups, (group) => `${group.group}\0${group.topic}`, (group) => el("tr", { "data-group": group.group, "data-topic": group.topic }, [
     cell("group", group.group, "name"),
     cell("topic", group.topic),
@@ -243,25 +318,24 @@ function renderOverview(data) {
       text: `#${queue.queue_id}: lag ${queue.lag} (${queue.committed_offset ?? "-"} / ${queue.max_offset})`,
     }))),
     cell("actions", groupActions(group.group, group.topic)),
-  ]), "no consumer group has an offset yet");
+  ]), searches.groups ? `no group name contains ${searches.groups}` : "no consumer group has an offset yet");
 
   updateRows($("#push-table tbody"), data.push, (push) => push.group, (push) => el("tr", { "data-group": push.group }, [
     cell("group", push.group, "name"),
     cell("topic", push.topic),
     cell("endpoint", push.url),
-    cell("state", push.paused ? "paused" : push.ordered ? "running, ordered" : "running"),
+    cell("state", push.paused ? "paused" : push.ordered ? "running, ordered" : "running", "whole"),
     cell("lag", formatNumber(push.state.lag ?? 0)),
     cell("in flight", String(push.state.in_flight ?? 0)),
     cell("delivered", formatNumber(push.state.delivered ?? 0)),
     cell("failed", formatNumber(push.state.failed ?? 0)),
     cell("dead letters", formatNumber(push.state.dead_lettered ?? 0)),
-    cell("last error", push.state.last_error ? push.state.last_error.message : "-"),
+    cell("last error", push.state.last_error ? `${formatTime(push.state.last_error.at_ms)}: ${push.state.last_error.message}` : "-"),
+    cell("actions", pushActions(push)),
   ]), "no push subscription");
 
-  paging.topics.next = data.topics_next_cursor;
   paging.groups.next = data.groups_next_cursor;
-  showPage("topics", data.totals.topics, data.topics.length);
-  showPage("groups", data.totals.groups, data.groups.length);
+  showPage("groups", data.groups_matching ?? data.totals.groups, data.groups.length);
 
   $("#topic-names").replaceChildren(...data.topics.map((topic) => el("option", { value: topic.name })));
 
@@ -272,6 +346,7 @@ function renderOverview(data) {
 }
 
 async function renderClusters() {
+  renderReplication();
   const note = $("#clusters-note");
   try {
     const data = await api("view the cluster", (client) => client.request("get", "/v1/clusters"));
@@ -303,13 +378,35 @@ async function refresh() {
   try {
     // The console's own view (not in openapi.yaml): the client's request() calls any path.
     const query = {
-      topics_cursor: paging.topics.cursors.at(-1) ?? undefined,
       groups_cursor: paging.groups.cursors.at(-1) ?? undefined,
+      groups_q: searches.groups || undefined,
     };
-    const data = await api("view the broker overview", (client) => client.request("get", "/console/api/overview", { query }));
-    if (seq !== refreshes) return; // a newer refresh (a page turned meanwhile) answers instead
-    reachable(true);
-    renderOverview(data);
+    // Topics a page at a time, searched on the broker: fast however many there are.
+    const topicsQuery = { q: searches.topics || undefined, cursor: paging.topics.cursors.at(-1) ?? undefined };
+    if (!access.admin) {
+      // The overview and the search are admin requests: an other account sees the topic names.
+      const page = await api("list topics", (client) => client.request("get", "/v1/topics", { query: { cursor: topicsQuery.cursor } }));
+      if (seq !== refreshes) return;
+      reachable(true);
+      renderTopics({
+        total: null,
+        next_cursor: page.next_cursor,
+        topics: page.topics.map((topic) => ({ ...topic, messages: null, queues: [] })),
+      });
+    } else {
+      const [data, topics] = await Promise.all([
+        api("view the broker overview", (client) => client.request("get", "/console/api/overview", { query })),
+        api("list topics", (client) => client.request("get", "/v1/admin/topics", { query: topicsQuery })),
+      ]);
+      if (seq !== refreshes) return; // a newer refresh (a page turned meanwhile) answers instead
+      reachable(true);
+      renderOverview(data);
+      renderTopics(topics);
+    }
+    applyAccess();
+    refreshGroup();
+    renderTransactions();
+    renderDelays();
     document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
     badge.textContent = "live";
     badge.className = "badge ok";
@@ -329,9 +426,12 @@ async function createTopic(event) {
   const out = $("#create-topic-result");
   const name = $("#create-topic-name").value.trim();
   const queues = Number($("#create-topic-queues").value || 4);
+  const perm = Number($("#create-topic-perm").value);
+  const order = $("#create-topic-order").checked;
   try {
-    await api(`create topic ${name}`, (client) => client.createTopic(name, { queues }));
-    show(out, `created ${name} with ${queues} queues`);
+    await api(`create topic ${name}`, (client) => client.request("post", "/v1/topics", { body: { name, queues, perm, order } }));
+    const how = [perm !== 6 ? `perm ${perm}` : "", order ? "ordered" : ""].filter(Boolean).join(", ");
+    show(out, `created ${name} with ${queues} queues${how ? ` (${how})` : ""}`);
     $("#create-topic-name").value = "";
     refresh();
   } catch (error) {
@@ -396,6 +496,32 @@ function updateResetFields() {
   const time = $("#reset-time");
   time.hidden = $("#reset-to").value !== "time";
   time.required = !time.hidden;
+  const list = $("#reset-list");
+  list.hidden = $("#reset-to").value !== "offsets";
+  list.required = !list.hidden;
+  cancelReset();
+}
+
+// The group whose reset waits for a second press: its members are running.
+let resetConfirmed = null;
+
+function cancelReset() {
+  resetConfirmed = null;
+  $("#reset-warning").hidden = true;
+  $("#reset-cancel").hidden = true;
+  $("#reset-offsets").textContent = "Reset offsets";
+}
+
+/** "0=12 1=40" (or with commas): {queue_id: offset}. */
+function parseOffsetList(text) {
+  const offsets = new Map();
+  for (const item of text.split(/[\s,]+/).filter(Boolean)) {
+    const match = /^(\d+)[=:](\d+)$/.exec(item);
+    if (!match) throw new ApiError(`an offset is queue=offset, e.g. 0=120, not ${JSON.stringify(item)}`);
+    offsets.set(Number(match[1]), Number(match[2]));
+  }
+  if (!offsets.size) throw new ApiError("give at least one queue=offset");
+  return offsets;
 }
 
 async function resetOffsets(event) {
@@ -406,9 +532,33 @@ async function resetOffsets(event) {
   const to = $("#reset-to").value;
   const action = `reset the offsets of ${group} on ${topic}`;
   try {
-    const { queues } = await api(action, (client) => client.listQueues(topic));
+    const key = `${group}\0${topic}`;
+    if (resetConfirmed !== key) {
+      // RocketMQ's warning: a running member keeps its place in memory and commits over the reset.
+      const members = await runningMembers(group);
+      if (members.length) {
+        resetConfirmed = key;
+        const warning = $("#reset-warning");
+        warning.textContent = `${members.length} member${members.length === 1 ? " is" : "s are"} running in ${group} ` +
+          `(${members.join(", ")}). A running member keeps reading from where it is and may commit over the reset: ` +
+          "stop the consumers first, or press “Reset anyway”.";
+        warning.hidden = false;
+        $("#reset-offsets").textContent = "Reset anyway";
+        $("#reset-cancel").hidden = false;
+        return;
+      }
+    }
+    cancelReset();
+    let { queues } = await api(action, (client) => client.listQueues(topic));
     let offsets;
-    if (to === "time") {
+    if (to === "offsets") {
+      const wanted = parseOffsetList($("#reset-list").value);
+      for (const id of wanted.keys()) {
+        if (!queues.some((queue) => queue.queue_id === id)) throw new ApiError(`${topic} has no queue ${id}`);
+      }
+      queues = queues.filter((queue) => wanted.has(queue.queue_id));
+      offsets = queues.map((queue) => wanted.get(queue.queue_id));
+    } else if (to === "time") {
       const timestamp = new Date($("#reset-time").value).getTime(); // the input's value is local time
       if (Number.isNaN(timestamp)) throw new ApiError("choose a time to reset to");
       offsets = await Promise.all(queues.map(async (queue) => {
@@ -427,6 +577,7 @@ async function resetOffsets(event) {
     const where = answer.offsets.map((entry) => `#${entry.queue_id}: ${entry.committed_offset}`).join(", ");
     show(out, `${group} on ${topic} now reads from ${where}`);
     refresh();
+    if (currentGroup() === group) refreshGroup();
   } catch (error) {
     show(out, error.message, true);
   }
@@ -439,8 +590,9 @@ function updateLookupFields() {
   $("#lookup-id").hidden = mode !== "id";
   $("#lookup-topic").hidden = mode === "id";
   $("#lookup-key").hidden = mode !== "key";
-  $("#lookup-queue").hidden = mode !== "offset";
+  $("#lookup-queue").hidden = mode !== "offset" && mode !== "time";
   $("#lookup-offset").hidden = mode !== "offset";
+  $("#lookup-time").hidden = mode !== "time";
 }
 
 async function lookup(event) {
@@ -457,6 +609,14 @@ async function lookup(event) {
     } else if (mode === "key") {
       const key = $("#lookup-key").value.trim();
       messages = (await api(action, (client) => client.lookupByKey(topic, key, { max: 20 }))).messages;
+    } else if (mode === "time") {
+      const queue = Number($("#lookup-queue").value || 0);
+      const timestamp = new Date($("#lookup-time").value).getTime(); // local time
+      if (Number.isNaN(timestamp)) throw new ApiError("choose a time");
+      const found = await api(action, (client) => client.request("get", "/v1/topics/{topic}/queues/{queue_id}/offset", {
+        path: { topic, queue_id: queue }, query: { timestamp },
+      }));
+      messages = (await api(action, (client) => client.pull(topic, queue, { offset: found.offset, maxMessages: 20 }))).messages;
     } else {
       const queue = Number($("#lookup-queue").value || 0);
       const offset = Number($("#lookup-offset").value || 0);
@@ -554,6 +714,8 @@ async function produce(event) {
     const keys = $("#produce-keys").value.trim();
     const properties = parseProperties($("#produce-properties").value);
     if (tags) message.tags = tags;
+    const delay = $("#produce-delay").value;
+    if (delay) message.delay_level = Number(delay);
     if (keys) message.keys = keys.split(/\s+/);
     if (Object.keys(properties).length) message.properties = properties;
     const result = await api(`produce to ${topic}`, (client) => client.produceOne(topic, message));
@@ -584,6 +746,39 @@ $("#lookup-form").addEventListener("submit", lookup);
 $("#tail-form").addEventListener("submit", startTail);
 $("#tail-stop").addEventListener("click", stopTail);
 $("#produce-form").addEventListener("submit", produce);
+$("#topics-search-form").addEventListener("submit", (event) => search("topics", event));
+$("#groups-search-form").addEventListener("submit", (event) => search("groups", event));
+$("#reset-cancel").addEventListener("click", cancelReset);
+$("#group-close").addEventListener("click", closeGroup);
+$("#group-dead-letters").addEventListener("click", () => {
+  $("#dead-letters").scrollIntoView();
+  showDeadLetters(currentGroup());
+});
+$("#group-reset").addEventListener("click", () => {
+  $("#reset-group").value = currentGroup();
+  $("#reset-form").scrollIntoView({ block: "center" });
+  $("#reset-topic").focus();
+});
+$("#dlq-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  showDeadLetters($("#dlq-group").value.trim());
+});
+$("#dlq-resend-all").addEventListener("click", resendAll);
+$("#dlq-more").addEventListener("click", moreDeadLetters);
+$("#tx-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  renderTransactions();
+});
+$("#promote").addEventListener("click", promoteClicked);
+$("#promote").addEventListener("keydown", (event) => {
+  if (event.key === "Escape") cancelPromote();
+});
+$("#body-format").addEventListener("change", () => {
+  setBodyFormat($("#body-format").value);
+  if ($("#browse-topic").value.trim()) browse();
+});
+$("#produce-delay").append(...DELAY_LEVELS.split(" ").map((name, index) =>
+  el("option", { value: String(index + 1), text: `delay ${name} (level ${index + 1})` })));
 for (const name of Object.keys(paging)) {
   $(`#${name}-prev`).addEventListener("click", () => turnPage(name, false));
   $(`#${name}-next`).addEventListener("click", () => turnPage(name, true));
@@ -593,7 +788,9 @@ showAccount();
 updateLookupFields();
 updateResetFields();
 drawRates($("#rate-chart"), samples, RATE_WINDOW_MS);
-refresh();
-renderClusters();
+loadAccess().then(() => {
+  refresh();
+  renderClusters();
+});
 setInterval(refresh, REFRESH_MS);
 setInterval(renderClusters, REFRESH_MS * 5);

@@ -42,10 +42,41 @@ function preview(text) {
   return cut < text.length ? text.slice(0, cut) : null;
 }
 
+// How bodies are shown: "text" (as the broker answers, base64 for binary bodies), "json" (parsed
+// and indented) or "hex" (the bytes).
+let bodyFormat = "text";
+
+export function setBodyFormat(format) {
+  bodyFormat = format;
+}
+
+function bodyBytes(message) {
+  if (message.encoding === "base64") return Uint8Array.from(atob(message.body), (char) => char.charCodeAt(0));
+  return new TextEncoder().encode(message.body);
+}
+
+/** The body in the chosen format, and a note on how it is shown. */
+function rendered(message) {
+  if (bodyFormat === "hex") {
+    const bytes = bodyBytes(message);
+    const hex = Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join(" ");
+    return { text: hex, note: `hex, ${bytes.length} bytes ` };
+  }
+  if (bodyFormat === "json") {
+    try {
+      const text = message.encoding === "base64" ? new TextDecoder().decode(bodyBytes(message)) : message.body;
+      return { text: JSON.stringify(JSON.parse(text), null, 2), note: "JSON " };
+    } catch {
+      return { text: message.body, note: "not JSON: as text " };
+    }
+  }
+  return { text: message.body, note: message.encoding === "base64" ? "base64 " : "" };
+}
+
 /** The body, cut at BODY_PREVIEW_CHARS characters or BODY_PREVIEW_LINES lines behind a toggle. */
 export function bodyView(message) {
-  const text = message.body;
-  const note = message.encoding === "base64" ? [el("span", { className: "encoding", text: "base64 " })] : [];
+  const { text, note: noteText } = rendered(message);
+  const note = noteText ? [el("span", { className: "encoding", text: noteText })] : [];
   const short = preview(text);
   if (short === null) return el("div", { className: "body" }, [...note, el("span", { className: "body-text", text })]);
   const shown = el("span", { className: "body-text", text: `${short}…` });

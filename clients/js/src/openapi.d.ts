@@ -610,6 +610,91 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/topics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Topics whose name contains a text, a page at a time, with every queue's offsets */
+        get: operations["searchTopics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/groups": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Consumer groups whose name contains a text, a page at a time, with members and total lag */
+        get: operations["searchGroups"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/delays": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Delayed messages: per delay level the messages pending and when the next is due */
+        get: operations["getDelayLevels"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/transactions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every open transaction (or a producer group's), oldest first, checked or not yet */
+        get: operations["listOpenTransactions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/access": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The account this request was made with and whether it may make admin requests */
+        get: operations["getAccess"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/ha": {
         parameters: {
             query?: never;
@@ -733,10 +818,102 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AccessOut */
+        AccessOut: {
+            /**
+             * Acl
+             * @description Whether the broker asks for credentials
+             */
+            acl: boolean;
+            /**
+             * Account
+             * @description The access key the request was made with
+             */
+            account: string | null;
+            /**
+             * Admin
+             * @description Whether the account may make admin requests (all of them without an ACL)
+             */
+            admin: boolean;
+        };
         /** AckRequest */
         AckRequest: {
             /** Receipt Handles */
             receipt_handles: string[];
+        };
+        /** AdminGroup */
+        AdminGroup: {
+            /** Group */
+            group: string;
+            /**
+             * Topics
+             * @description Topics with committed offsets or subscribed by a member
+             */
+            topics: string[];
+            /**
+             * Members
+             * @description Live members (heartbeating over HTTP)
+             */
+            members: number;
+            /**
+             * Generation
+             * @description The group's generation; none without live members
+             */
+            generation?: number | null;
+            /**
+             * Consume Mode
+             * @description concurrently or orderly; none without live members
+             */
+            consume_mode?: string | null;
+            /**
+             * Lag
+             * @description Messages behind over every queue of its topics
+             */
+            lag: number;
+        };
+        /** AdminGroupPage */
+        AdminGroupPage: {
+            /**
+             * Total
+             * @description Groups matching the search, on every page
+             */
+            total: number;
+            /** Groups */
+            groups: components["schemas"]["AdminGroup"][];
+            /** Next Cursor */
+            next_cursor?: string | null;
+        };
+        /** AdminTopic */
+        AdminTopic: {
+            /** Name */
+            name: string;
+            /** Read Queues */
+            read_queues: number;
+            /** Write Queues */
+            write_queues: number;
+            /** Perm */
+            perm: number;
+            /** Order */
+            order: boolean;
+            /**
+             * Messages
+             * @description Messages stored over the topic's life: the sum of its max offsets
+             */
+            messages: number;
+            /** Queues */
+            queues: components["schemas"]["QueueRange"][];
+        };
+        /** AdminTopicPage */
+        AdminTopicPage: {
+            /**
+             * Total
+             * @description Topics matching the search, on every page
+             */
+            total: number;
+            /** Topics */
+            topics: components["schemas"]["AdminTopic"][];
+            /** Next Cursor */
+            next_cursor?: string | null;
         };
         /** Assigned */
         Assigned: {
@@ -859,6 +1036,43 @@ export interface components {
              * @description Dead letters below this offset were resent by a resend of all
              */
             resent_until: number;
+        };
+        /** DelayLevelOut */
+        DelayLevelOut: {
+            /**
+             * Level
+             * @description 1 to 18
+             */
+            level: number;
+            /**
+             * Delay
+             * @description The level's delay, e.g. 10s
+             */
+            delay: string;
+            /** Delay Ms */
+            delay_ms: number;
+            /**
+             * Pending
+             * @description Messages of the level not delivered yet
+             */
+            pending: number;
+            /**
+             * Next Due Ms
+             * @description When the level's next message is due (epoch ms); none if none
+             */
+            next_due_ms: number | null;
+        };
+        /** DelaysOut */
+        DelaysOut: {
+            /** Levels */
+            levels: components["schemas"]["DelayLevelOut"][];
+            /** @description Messages produced with delay_ms or deliver_at_ms, not delivered yet */
+            timer: components["schemas"]["TimerOut"];
+            /**
+             * Now Ms
+             * @description The broker's clock when it answered (epoch ms)
+             */
+            now_ms: number;
         };
         /** DiskUsageOut */
         DiskUsageOut: {
@@ -1598,6 +1812,45 @@ export interface components {
              */
             check_times: number;
         };
+        /** OpenTransactionRow */
+        OpenTransactionRow: {
+            /** Transaction Id */
+            transaction_id: string;
+            /** Producer Group */
+            producer_group: string;
+            /** Topic */
+            topic: string;
+            /**
+             * Stored Ms
+             * @description When the half message's latest copy was stored (epoch ms)
+             */
+            stored_ms: number;
+            /** Age Ms */
+            age_ms: number;
+            /**
+             * Check Times
+             * @description How often the broker asked the producer's check endpoint
+             */
+            check_times: number;
+            /**
+             * Check Url
+             * @description The producer group's check endpoint, if registered
+             */
+            check_url: string | null;
+        };
+        /** OpenTransactionRows */
+        OpenTransactionRows: {
+            /**
+             * Total
+             * @description Open transactions (of the producer group, if one is given)
+             */
+            total: number;
+            /**
+             * Transactions
+             * @description Oldest first
+             */
+            transactions: components["schemas"]["OpenTransactionRow"][];
+        };
         /** PendingTransactions */
         PendingTransactions: {
             /** Producer Group */
@@ -2017,6 +2270,15 @@ export interface components {
             /** Last Store Timestamp */
             last_store_timestamp: number | null;
         };
+        /** QueueRange */
+        QueueRange: {
+            /** Queue Id */
+            queue_id: number;
+            /** Min Offset */
+            min_offset: number;
+            /** Max Offset */
+            max_offset: number;
+        };
         /** QueueRef */
         QueueRef: {
             /** Topic */
@@ -2153,6 +2415,29 @@ export interface components {
              * @description Whether the slave is close enough to count for SYNC_MASTER
              */
             in_sync: boolean;
+        };
+        /** TimerOut */
+        TimerOut: {
+            /**
+             * Due Next Hour
+             * @description Messages for an arbitrary time due within the next hour
+             */
+            due_next_hour: number;
+            /**
+             * Due Later
+             * @description Those due after the next hour
+             */
+            due_later: number;
+            /**
+             * Next Due Ms
+             * @description When the earliest is due (epoch ms); none if none
+             */
+            next_due_ms: number | null;
+            /**
+             * Complete
+             * @description Whether every stored timer message was looked at (at most 100,000 are)
+             */
+            complete: boolean;
         };
         /**
          * TopicBulkCreate
@@ -7087,6 +7372,395 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DiskUsageOut"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    searchTopics: {
+        parameters: {
+            query?: {
+                /** @description Only the names containing this text (case-insensitive) */
+                q?: string | null;
+                /** @description Items per page, 1 to 1000 (default 100) */
+                limit?: string | null;
+                /** @description next_cursor of the previous page; absent for the first */
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminTopicPage"];
+                };
+            };
+            /** @description The request is malformed. Codes: 40001 BAD_REQUEST, 40002 MALFORMED_BODY, 40003 INVALID_BODY_ENCODING, 40004 INVALID_TAG_EXPRESSION, 40005 INVALID_TOPIC, 40006 EMPTY_BODY, 40007 INVALID_OFFSET, 40008 INVALID_PROPERTY, 40009 INVALID_MESSAGE_ID, 40010 MALFORMED_BATCH, 40011 INVALID_QUEUE, 40012 INVALID_PARAMETER, 40013 INVALID_CURSOR, 40014 OFFSET_OUT_OF_RANGE, 40015 INVALID_FILTER_EXPRESSION, 40016 INVALID_CLOUDEVENT */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    searchGroups: {
+        parameters: {
+            query?: {
+                /** @description Only the names containing this text (case-insensitive) */
+                q?: string | null;
+                /** @description Items per page, 1 to 1000 (default 100) */
+                limit?: string | null;
+                /** @description next_cursor of the previous page; absent for the first */
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminGroupPage"];
+                };
+            };
+            /** @description The request is malformed. Codes: 40001 BAD_REQUEST, 40002 MALFORMED_BODY, 40003 INVALID_BODY_ENCODING, 40004 INVALID_TAG_EXPRESSION, 40005 INVALID_TOPIC, 40006 EMPTY_BODY, 40007 INVALID_OFFSET, 40008 INVALID_PROPERTY, 40009 INVALID_MESSAGE_ID, 40010 MALFORMED_BATCH, 40011 INVALID_QUEUE, 40012 INVALID_PARAMETER, 40013 INVALID_CURSOR, 40014 OFFSET_OUT_OF_RANGE, 40015 INVALID_FILTER_EXPRESSION, 40016 INVALID_CLOUDEVENT */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getDelayLevels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DelaysOut"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    listOpenTransactions: {
+        parameters: {
+            query?: {
+                /** @description Only this producer group's */
+                producer_group?: string | null;
+                /** @description At most this many */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenTransactionRows"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getAccess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AccessOut"];
                 };
             };
             /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
