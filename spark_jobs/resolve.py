@@ -4,8 +4,8 @@ does not leave any open).
 
     python -m spark_jobs.resolve --url http://127.0.0.1:8080 --topic orders --producer-group nightly-orders
 
-A batch write's producer group is its ``producerGroup`` option, else ``spark-<write id>`` (the
-driver logs it); a streaming query resolves its own when it restarts from its checkpoint and needs
+A batch write's producer group is its ``producerGroup`` option (give one to a job you may have to
+resolve), else ``spark-<write id>`` with a write id made anew by each run; a streaming query resolves its own when it restarts from its checkpoint and needs
 no command. Without either, the broker rolls the transactions back after
 WHARF_TRANSACTION_CHECK_MAX checks.
 """
