@@ -7,6 +7,7 @@ planning time with a message that names the option.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -18,6 +19,8 @@ LATEST = -1
 
 OffsetSpec = Literal["earliest", "latest"] | dict[str, int]
 Discovery = Literal["auto", "route", "direct"]
+DeliveryGuarantee = Literal["exactly_once", "at_least_once"]
+PRODUCER_GROUP = re.compile(r"[a-zA-Z0-9_-]{1,200}")
 
 
 class OptionError(WharfSourceError):
@@ -178,13 +181,31 @@ class WriteOptions:
     batch_size: int = 1000
     timeout_s: float = 30.0
     user: str | None = field(default=None, repr=False)  # accessKey:secretKey
+    delivery_guarantee: DeliveryGuarantee = "exactly_once"
+    producer_group: str | None = None  # exactly once: the transactions' group (default per write/query)
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery_guarantee == "exactly_once"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        guarantee = (_get(options, "deliveryGuarantee") or "exactly_once").strip().lower()
+        if guarantee not in ("exactly_once", "at_least_once"):
+            raise OptionError(
+                f"option 'deliveryGuarantee' must be exactly_once or at_least_once, got {guarantee!r}"
+            )
+        group = _get(options, "producerGroup") or None
+        if group is not None and not PRODUCER_GROUP.fullmatch(group):
+            raise OptionError(
+                f"option 'producerGroup' must be 1 to 200 letters, digits, '-' or '_', got {group!r}"
+            )
         return cls(
             addresses=_addresses(options),
             topic=_required(options, "topic"),
             batch_size=_int(options, "batchSize", 1000, 1) or 1000,
             timeout_s=(_int(options, "timeoutMs", 30_000, 1) or 30_000) / 1000,
             user=_user(options),
+            delivery_guarantee=guarantee,  # type: ignore[arg-type]
+            producer_group=group,
         )

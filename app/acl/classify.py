@@ -68,6 +68,15 @@ async def produce(view: RequestView, broker: Broker | None) -> Need:
     return need
 
 
+async def begin_batch_transaction(view: RequestView, broker: Broker | None) -> Need:
+    """As a begin: PUB on the topic (admin if it would be created) and on the producer group."""
+    need = await _produce_to(view.path_params["topic"], broker)
+    group = view.query.get("producer_group")
+    if group and need.access is Access.RESOURCES:
+        return Need.on(need.topics, ((group, Action.PUB),))
+    return need
+
+
 async def end_transaction(view: RequestView, broker: Broker | None) -> Need:
     """PUB on the topic of the transaction the id names, when this broker holds it."""
     if broker is None:
@@ -288,6 +297,12 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/metrics", Need.admin("scraping the metrics (every topic's and group's counters)"), "admin"),
     Rule("POST", "/v1/topics/{topic}/messages", produce, "PUB on the topic; admin if it would be created"),
     Rule("GET", "/v1/topics/{topic}/messages", _on_topic(Action.SUB), "SUB on the topic"),
+    Rule(
+        "POST",
+        "/v1/topics/{topic}/transactions",
+        begin_batch_transaction,
+        "PUB on the topic and on the group `producer_group`; admin if the topic would be created",
+    ),
     Rule("GET", "/v1/topics/{topic}/queues/{queue_id}/messages", pull, "SUB on the topic, and on `group`"),
     Rule("GET", "/v1/topics/{topic}/events", pull, "SUB on the topic, and on `group`"),
     Rule(

@@ -1,6 +1,8 @@
-"""Transactions over HTTP: commit, rollback, the pending list and producer groups' check endpoints.
-The broker core decides (app.broker.transactions); this module parses, encodes, and opens and
-closes the transaction service with the app. A begin is a produce (app.api.messages)."""
+"""Transactions over HTTP: a batch transaction's begin, commit, rollback, the pending list and
+producer groups' check endpoints. The broker core decides (app.broker.transactions); this module
+parses, encodes, and opens and closes the transaction service with the app. A begin of one
+transaction per message is a produce (app.api.messages); a batch transaction - one transaction for a
+whole binary batch - begins at ``POST /v1/topics/{topic}/transactions``."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.routing import Route
 
-from app.api.errors import from_broker
+from app.api.edge import media_type_of
+from app.api.errors import ApiError, ErrorCode, from_broker
+from app.api.peers import client_born_host
 from app.api.schemas import ErrorEnvelope
-from app.api.topics import BrokerDep, get_broker
+from app.api.topics import BrokerDep, TopicName, get_broker
 from app.broker.errors import BrokerError
+from app.broker.transaction_batch import MAX_TRANSACTION_KEY
 from app.broker.transactions import MAX_END_BATCH, MAX_PENDING_LIST
+from app.codec import BATCH_MEDIA_TYPE
 
 
 @asynccontextmanager
@@ -50,6 +56,21 @@ ProducerGroup = Annotated[
 _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorEnvelope}, 409: {"model": ErrorEnvelope}}
 
 
+class BatchTransaction(BaseModel):
+    """A batch transaction: begun now, or found by its transaction key (``repeated``)."""
+
+    transaction_id: str
+    state: Literal["OPEN", "COMMITTED", "ROLLED_BACK", "UNKNOWN"] = Field(
+        description="OPEN for a new one; a repeated key's transaction as it stands (UNKNOWN: its end "
+        "is no longer stored)"
+    )
+    topic: str
+    messages: int = Field(description="How many messages the transaction holds")
+    transaction_key: str | None
+    repeated: bool = Field(description="True when the key named an earlier transaction: nothing was stored")
+    status: Literal["SEND_OK", "FLUSH_DISK_TIMEOUT"]
+
+
 class TransactionEnd(BaseModel):
     transaction_id: str
     state: Literal["COMMITTED", "ROLLED_BACK"]
@@ -61,6 +82,8 @@ class TransactionEnd(BaseModel):
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
+    messages: int | None = Field(None, description="A batch transaction's commit: the messages made visible")
+    transaction_key: str | None = None
 
 
 class TransactionIds(BaseModel):
@@ -98,6 +121,8 @@ class TransactionEndResult(BaseModel):
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
+    messages: int | None = None
+    transaction_key: str | None = None
     error_code: int | None = Field(
         None, description="Why this one was not ended: 40408 no such transaction, 40904 it ended already, ..."
     )
@@ -121,6 +146,10 @@ class OpenTransactionOut(BaseModel):
     encoding: Literal["utf8", "base64"]
     born_timestamp: int
     check_times: int = Field(description="How often the broker asked about it")
+    messages: int = Field(
+        1,
+        description="How many messages it holds: more than one for a batch transaction, whose body is the batch",
+    )
 
 
 class PendingTransactions(BaseModel):
@@ -146,6 +175,71 @@ class ProducerOut(BaseModel):
 
 def _json(answer: dict[str, Any]) -> Response:
     return Response(orjson.dumps(answer), media_type="application/json")
+
+
+# The binary batch, under its own media type or as plain bytes (what generic clients can send).
+BATCH_BODY_TYPES = (BATCH_MEDIA_TYPE, "application/octet-stream")
+_BATCH_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            media_type: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "Wharf's binary batch, as a produce takes it; no message may be delayed",
+                }
+            }
+            for media_type in BATCH_BODY_TYPES
+        },
+    }
+}
+
+
+@router.post(
+    "/topics/{topic}/transactions",
+    response_model=BatchTransaction,
+    summary="Begin one transaction for a whole binary batch: none of its messages is visible before "
+    "the commit, all of them after it",
+    responses={
+        400: {"model": ErrorEnvelope},
+        404: {"model": ErrorEnvelope},
+        409: {"model": ErrorEnvelope},
+        413: {"model": ErrorEnvelope},
+        415: {"model": ErrorEnvelope},
+    },
+    openapi_extra=_BATCH_BODY,
+)
+async def begin_batch_transaction(
+    topic: TopicName,
+    request: Request,
+    broker: BrokerDep,
+    producer_group: Annotated[
+        str, Query(min_length=1, max_length=255, description="The producer group the transaction belongs to")
+    ],
+    transaction_key: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_TRANSACTION_KEY,
+            description="Names the transaction: a begin repeating a key of this topic and producer "
+            "group stores nothing and answers the earlier transaction and its state",
+        ),
+    ] = None,
+) -> Response:
+    content_type = request.headers.get("content-type")
+    media_type = media_type_of(content_type)[0] if content_type else None
+    if media_type not in BATCH_BODY_TYPES:
+        raise ApiError(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            f"a batch transaction takes a binary batch: Content-Type {' or '.join(BATCH_BODY_TYPES)}, "
+            f"not {media_type!r}",
+        )
+    raw = await request.body()
+    answer = await broker.transactions.begin_batch(
+        topic, raw, producer_group, transaction_key, client_born_host(request.scope)
+    )
+    return _json(answer)
 
 
 @router.post(
@@ -206,14 +300,21 @@ async def rollback_transactions(body: TransactionIds, broker: BrokerDep) -> Resp
 @router.get(
     "/transactions/pending",
     response_model=PendingTransactions,
-    summary="A producer group's transactions still open after their first check, oldest first",
+    summary="A producer group's transactions still open after their first check (or all of its open "
+    "ones), oldest first",
 )
 async def list_pending_transactions(
     broker: BrokerDep,
     producer_group: Annotated[str, Query(min_length=1, max_length=255, description="Producer group")],
     limit: Annotated[int, Query(description=f"At most this many (1 to {MAX_PENDING_LIST})")] = 100,
+    checked: Annotated[
+        bool,
+        Query(
+            description="true: only those checked at least once; false: every open transaction of the group"
+        ),
+    ] = True,
 ) -> dict[str, Any]:
-    found = broker.transactions.pending(producer_group, limit)
+    found = broker.transactions.pending(producer_group, limit, checked)
     return {"producer_group": producer_group, "transactions": found}
 
 

@@ -10,6 +10,9 @@ begin, commit, rollback, the open transactions a producer group polls, and the s
   A transaction that ended already answers :class:`TransactionEndedError` (409), with its state when
   the op record can still be found by its key; an id that names no transaction here
   :class:`TransactionNotFoundError` (404).
+* A **batch transaction** (:meth:`Transactions.begin_batch`, :mod:`app.broker.transaction_batch`)
+  covers a whole binary produce batch with one transaction id and one half record; its commit
+  makes every message of the batch visible in one append.
 * Transactions left open are checked back and finally rolled back by
   :class:`~app.broker.transaction_check.TransactionCheckService`.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -41,6 +45,19 @@ from app.broker.idempotency import IdempotencyWindow
 from app.broker.metrics import BrokerMetrics
 from app.broker.outbound import Outbound
 from app.broker.producer_groups import ProducerGroups, validate_producer_group
+from app.broker.transaction_batch import (
+    EncodedEnd,
+    batch_size_of,
+    encode_commit,
+    encode_messages,
+    encode_plain,
+    half_batch,
+    is_batch,
+    key_of,
+    matches,
+    parse,
+    validate_key,
+)
 from app.broker.transaction_check import TransactionCheckService
 from app.broker.transaction_message import (
     HALF_TOPIC,
@@ -70,11 +87,16 @@ from app.store.record_format import (
     PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_PRODUCER_UNIQ_KEY,
+    EncodedRecord,
+    encode_record,
 )
 from app.store.results import AppendResult
 
 
 class UniqueIds(Protocol):
+    prefix: str
+    counter: int
+
     def next(self) -> str: ...
 
 
@@ -89,6 +111,7 @@ class Broker(Protocol):
     metrics: BrokerMetrics
     ha: HaRole
     outbound: Outbound
+    round_robin: dict[str, int]
 
     @property
     def unique_ids(self) -> UniqueIds: ...
@@ -131,6 +154,7 @@ class Transactions:
             self.check_back,
         )
         self._ending: set[str] = set()  # transactions whose end is being written
+        self._keys_beginning: set[tuple[str, str, str]] = set()  # (topic, group, key) of batch begins
         self._last_appended: AppendResult | None = None
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -257,6 +281,107 @@ class Transactions:
         )
         return answer
 
+    async def begin_batch(
+        self,
+        topic: str,
+        data: bytes,
+        producer_group: str | None,
+        transaction_key: str | None = None,
+        born_host: bytes = NO_HOST,
+    ) -> dict[str, Any]:
+        """Store the binary batch ``data`` as one batch transaction of ``producer_group`` (see
+        :mod:`app.broker.transaction_batch`): its messages are checked as a produce checks them, and
+        none is visible before the commit. A ``transaction_key`` this topic and group used before
+        answers the earlier transaction and its state, and stores nothing."""
+        group = validate_producer_group(producer_group)
+        key = validate_key(transaction_key)
+        broker = self.broker
+        config = await broker.topic_for_write(topic)
+        now_ms = int(time.time() * 1000)
+        # Encoded once to check it (the commit encodes it again, choosing the queues and ids then).
+        round_robin, counter = broker.round_robin.get(topic, 0), broker.unique_ids.counter
+        try:
+            checked = encode_plain(broker, config, data, born_host, now_ms)
+            if checked is None:  # the general path's checks: properties, queue ids, sizes
+                checked = encode_messages(broker, config, parse(data), born_host, now_ms)
+        finally:
+            broker.round_robin[topic], broker.unique_ids.counter = round_robin, counter
+        count = len(checked.records)
+        if key is None:
+            return await self._store_batch(topic, data, count, group, None)
+        flight = (topic, group, key)
+        if flight in self._keys_beginning:
+            raise TransactionEndedError(key, None, "is being begun by another request")
+        self._keys_beginning.add(flight)
+        try:
+            earlier = await self.batch_by_key(topic, group, key)
+            if earlier is not None:
+                return earlier
+            return await self._store_batch(topic, data, count, group, key)
+        finally:
+            self._keys_beginning.discard(flight)
+
+    async def _store_batch(
+        self, topic: str, data: bytes, count: int, group: str, key: str | None
+    ) -> dict[str, Any]:
+        cap = self.broker.settings.max_open_transactions
+        if len(self.table.open) + 1 > cap:
+            raise TooManyOpenTransactionsError(
+                f"{len(self.table.open)} transactions are open: one more would pass "
+                f"WHARF_MAX_OPEN_TRANSACTIONS ({cap}); commit or roll back some first"
+            )
+        (result,) = self.store.append([half_batch(topic, data, count, group, key)])
+        self._last_appended = result
+        transaction_id = result.msg_id
+        self.table.add(
+            OpenTransaction(
+                transaction_id,
+                group,
+                topic,
+                result.queue_offset,
+                result.physical_offset,
+                result.store_timestamp,
+                0,
+            )
+        )
+        durable = True
+        if self.store.group_commit is not None:
+            durable = await asyncio.wrap_future(self.store.durable([result]))
+        return {
+            "transaction_id": transaction_id,
+            "state": "OPEN",
+            "topic": topic,
+            "messages": count,
+            "transaction_key": key,
+            "repeated": False,
+            "status": _status(durable),
+        }
+
+    async def batch_by_key(self, topic: str, producer_group: str, key: str) -> dict[str, Any] | None:
+        """The batch transaction ``key`` names for ``topic`` and ``producer_group`` and its state
+        (OPEN, COMMITTED, ROLLED_BACK, or UNKNOWN when its op record is no longer stored); None when
+        no half record of it is stored."""
+        limit = self.store.config.max_index_query_results
+        found = await asyncio.to_thread(self.store.query_message_by_key, HALF_TOPIC, key, limit)
+        half = next((copy for copy in found if matches(copy, topic, producer_group, key)), None)
+        if half is None:
+            return None
+        transaction_id = transaction_id_of(half)
+        if transaction_id in self.table.open:
+            state = "OPEN"
+        else:
+            ops = await asyncio.to_thread(self.store.query_message_by_key, OP_TOPIC, transaction_id, 1)
+            state = op_state(ops[0]).value if ops else "UNKNOWN"
+        return {
+            "transaction_id": transaction_id,
+            "state": state,
+            "topic": topic,
+            "messages": batch_size_of(half),
+            "transaction_key": key,
+            "repeated": True,
+            "status": "SEND_OK",
+        }
+
     # -- end -------------------------------------------------------------------------------------
 
     async def commit(self, transaction_id: str) -> dict[str, Any]:
@@ -272,12 +397,22 @@ class Transactions:
         return await self._end_many(transaction_ids, TransactionState.ROLLED_BACK)
 
     async def _end(self, transaction_id: str, state: TransactionState) -> dict[str, Any]:
-        half, messages = await self._start_end(transaction_id, state)
+        half, end = await self._start_end(transaction_id, state)
         try:
-            appended, durable = await append_all_durably(self.store, messages)
-            return self._finish_end(transaction_id, state, half, messages, appended, durable)
+            appended, durable = await self._append(end)
+            return self._finish_end(transaction_id, state, half, end.records, appended, durable, end)
         finally:
             self._ending.discard(transaction_id)
+
+    async def _append(self, end: EncodedEnd) -> tuple[list[AppendResult], bool]:
+        """Append the records of one or more ends in one append; wait until they are as durable as
+        the flush mode promises."""
+        store = self.store
+        appended = store.append_records(end.records, end.total_size, end.entries)
+        durable = True
+        if store.group_commit is not None:
+            durable = await asyncio.wrap_future(store.durable(appended))
+        return appended, durable
 
     async def _end_many(
         self, transaction_ids: Sequence[str], state: TransactionState
@@ -286,8 +421,8 @@ class Transactions:
         (one wait for the disk); each answered in order, or with the refusal that concerns it alone
         (not open, ended, gone, its topic not writable). The ids must differ."""
         answers: list[dict[str, Any] | BrokerError] = []
-        started: list[tuple[int, str, StoredMessage, int, int]] = []  # answer, id, half, records
-        messages: list[Message] = []
+        started: list[tuple[int, str, StoredMessage, int, EncodedEnd]] = []  # answer, id, half, end
+        together = EncodedEnd()
         try:
             for transaction_id in transaction_ids:
                 try:
@@ -295,20 +430,22 @@ class Transactions:
                 except BrokerError as error:
                     answers.append(error)
                     continue
-                started.append((len(answers), transaction_id, half, len(messages), len(own)))
+                started.append((len(answers), transaction_id, half, len(together.records), own))
                 answers.append({})
-                messages.extend(own)
-            if not messages:
+                together.extend(own)
+            if not together.records:
                 return answers
-            appended, durable = await append_all_durably(self.store, messages)
-            for at, transaction_id, half, first, count in started:
+            appended, durable = await self._append(together)
+            for at, transaction_id, half, first, own in started:
+                count = len(own.records)
                 answers[at] = self._finish_end(
                     transaction_id,
                     state,
                     half,
-                    messages[first : first + count],
+                    own.records,
                     appended[first : first + count],
                     durable,
+                    own,
                 )
         finally:
             for _, transaction_id, *_ in started:
@@ -317,9 +454,9 @@ class Transactions:
 
     async def _start_end(
         self, transaction_id: str, state: TransactionState
-    ) -> tuple[StoredMessage, list[Message]]:
+    ) -> tuple[StoredMessage, EncodedEnd]:
         """The half message of an open transaction and the records that end it (for a commit the
-        real message, then the op record); the transaction is held in ``_ending`` from here until
+        real message - a batch transaction's messages - then the op record); the transaction is held in ``_ending`` from here until
         the caller's append is done: neither a check nor another end touches it meanwhile."""
         entry = self.table.open.get(transaction_id)
         if entry is None or transaction_id in self._ending:
@@ -330,28 +467,42 @@ class Transactions:
             raise TransactionNotFoundError(f"transaction {transaction_id} is no longer stored")
         self._ending.add(transaction_id)
         try:
-            messages = []
+            store = self.store
+            now_ms = int(time.time() * 1000)
+            messages: list[Message] = []
+            end = EncodedEnd()
             if state is TransactionState.COMMITTED:
                 topic = real_topic_of(half)
                 config = self.broker.topics.get(topic) or await self.broker.topic_for_write(topic)
                 if not config.writable:
                     raise TopicNotWritableError(f"topic {topic!r} does not accept messages")
-                messages.append(committed_message(half, config.write_queue_nums))
-            entry = self.table.open[transaction_id]  # the latest copy (a check may have made one)
+                if is_batch(half):
+                    end = encode_commit(self.broker, config, half, now_ms)
+                else:
+                    messages.append(committed_message(half, config.write_queue_nums))
+                    end.body_bytes = len(half.body)
+            entry = self.table.open.get(transaction_id)  # the latest copy (a check may have made one)
+            if entry is None:  # ended while the topic was being created
+                raise await self._not_open(transaction_id)
             messages.append(op_message(entry.half_offset, transaction_id, state))
+            for message in messages:
+                record = encode_record(message, store.store_host, now_ms, store.limits)
+                store.commitlog.check_fits(len(record.data))
+                end.add(record)
         except BaseException:
             self._ending.discard(transaction_id)
             raise
-        return half, messages
+        return half, end
 
     def _finish_end(
         self,
         transaction_id: str,
         state: TransactionState,
         half: StoredMessage,
-        messages: list[Message],
+        records: Sequence[EncodedRecord],
         appended: list[AppendResult],
         durable: bool,
+        end: EncodedEnd,
     ) -> dict[str, Any]:
         """Take an ended transaction out of the table once its records are appended; its answer."""
         self._ended(transaction_id, self.table.open[transaction_id].half_offset, appended[-1])
@@ -361,16 +512,22 @@ class Transactions:
             "status": _status(durable),
         }
         if state is TransactionState.COMMITTED:
-            real, result = messages[0], appended[0]
-            self.broker.metrics.count_produced(real.topic, 1, len(real.body))
+            topic = real_topic_of(half)
             window = self.broker.idempotency
+            self.broker.metrics.count_produced(topic, len(records) - 1, end.body_bytes)
+            if is_batch(half):
+                if window.enabled and end.supplied:
+                    window.put_records(topic, records[:-1], appended[:-1])
+                answer.update(topic=topic, messages=len(records) - 1, transaction_key=key_of(half))
+                return answer
+            result = appended[0]
             unique_id = half.unique_id
             if window.enabled and half.sysflag & SYSFLAG_PRODUCER_UNIQ_KEY:
-                window.put((real.topic, unique_id), result.physical_offset)
+                window.put((topic, unique_id), result.physical_offset)
             answer.update(
                 msg_id=result.msg_id,
                 unique_id=unique_id,
-                topic=real.topic,
+                topic=topic,
                 queue_id=result.queue_id,
                 queue_offset=result.queue_offset,
             )
@@ -502,17 +659,19 @@ class Transactions:
             "encoding": encoding,
             "born_timestamp": half.born_timestamp,
             "check_times": check_times,
+            "messages": batch_size_of(half),
         }
 
-    def pending(self, producer_group: str, limit: int) -> list[dict[str, Any]]:
+    def pending(self, producer_group: str, limit: int, checked: bool = True) -> list[dict[str, Any]]:
         """The group's open transactions that were checked at least once (open for
-        WHARF_TRANSACTION_TIMEOUT_S), oldest latest copy first, at most ``limit``."""
+        WHARF_TRANSACTION_TIMEOUT_S), or with ``checked`` False every one of them, oldest latest
+        copy first, at most ``limit``."""
         validate_producer_group(producer_group)
         if not 1 <= limit <= MAX_PENDING_LIST:
             raise InvalidParameterError(f"limit must be 1 to {MAX_PENDING_LIST}, not {limit}")
         found = []
         for entry in self.table.open.values():
-            if entry.producer_group != producer_group or entry.check_times == 0:
+            if entry.producer_group != producer_group or (checked and entry.check_times == 0):
                 continue
             half = self.store.look_message(entry.physical_offset)
             if half is not None:

@@ -53,6 +53,7 @@ OPERATION_IDS = {
     ("post", "/v1/transactions/{transaction_id}/commit"): "commitTransaction",
     ("post", "/v1/transactions/{transaction_id}/rollback"): "rollbackTransaction",
     ("post", "/v1/transactions/commit"): "commitTransactions",
+    ("post", "/v1/topics/{topic}/transactions"): "beginBatchTransaction",
     ("post", "/v1/transactions/rollback"): "rollbackTransactions",
     ("get", "/v1/transactions/pending"): "listPendingTransactions",
     ("put", "/v1/producers/{producer_group}"): "registerProducer",

@@ -28,10 +28,11 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """Two local cores, two shuffle partitions, no UI: small and quick to start."""
+    """Two local cores (a failed task is tried up to 4 times, as on a cluster), two shuffle
+    partitions, no UI: small and quick to start."""
     session = wharf_session(
         "wharf-tests",
-        "local[2]",
+        "local[2,4]",
         **{
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",

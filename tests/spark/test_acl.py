@@ -39,7 +39,13 @@ def test_a_read_and_a_write_send_the_user(spark: SparkSession, broker: BrokerPro
     frame = spark.createDataFrame([("w1",), ("w2",)], ["body"])
     frame.write.format("wharf").option("url", broker.url).option("topic", "orders").option(
         "user", user(PRODUCER)
-    ).mode("append").save()
+    ).option("deliveryGuarantee", "at_least_once").mode("append").save()
+    assert read(READ_WRITE) == 8
+    # Exactly once, the write's transactions belong to a producer group: PRODUCER has no PUB on it.
+    with pytest.raises(Exception, match="403"):
+        frame.write.format("wharf").option("url", broker.url).option("topic", "orders").option(
+            "user", user(PRODUCER)
+        ).mode("append").save()
     assert read(READ_WRITE) == 8
 
 

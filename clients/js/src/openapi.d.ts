@@ -437,6 +437,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/topics/{topic}/transactions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Begin one transaction for a whole binary batch: none of its messages is visible before the commit, all of them after it */
+        post: operations["beginBatchTransaction"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/transactions/{transaction_id}/commit": {
         parameters: {
             query?: never;
@@ -512,7 +529,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A producer group's transactions still open after their first check, oldest first */
+        /** A producer group's transactions still open after their first check (or all of its open ones), oldest first */
         get: operations["listPendingTransactions"];
         put?: never;
         post?: never;
@@ -926,6 +943,39 @@ export interface components {
              * @description Where the member reads this queue from: the group's offset
              */
             offset: number;
+        };
+        /**
+         * BatchTransaction
+         * @description A batch transaction: begun now, or found by its transaction key (``repeated``).
+         */
+        BatchTransaction: {
+            /** Transaction Id */
+            transaction_id: string;
+            /**
+             * State
+             * @description OPEN for a new one; a repeated key's transaction as it stands (UNKNOWN: its end is no longer stored)
+             * @enum {string}
+             */
+            state: "OPEN" | "COMMITTED" | "ROLLED_BACK" | "UNKNOWN";
+            /** Topic */
+            topic: string;
+            /**
+             * Messages
+             * @description How many messages the transaction holds
+             */
+            messages: number;
+            /** Transaction Key */
+            transaction_key: string | null;
+            /**
+             * Repeated
+             * @description True when the key named an earlier transaction: nothing was stored
+             */
+            repeated: boolean;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "SEND_OK" | "FLUSH_DISK_TIMEOUT";
         };
         /** BrokerData */
         BrokerData: {
@@ -1811,6 +1861,12 @@ export interface components {
              * @description How often the broker asked about it
              */
             check_times: number;
+            /**
+             * Messages
+             * @description How many messages it holds: more than one for a batch transaction, whose body is the batch
+             * @default 1
+             */
+            messages?: number;
         };
         /** OpenTransactionRow */
         OpenTransactionRow: {
@@ -2655,6 +2711,13 @@ export interface components {
             queue_id?: number | null;
             /** Queue Offset */
             queue_offset?: number | null;
+            /**
+             * Messages
+             * @description A batch transaction's commit: the messages made visible
+             */
+            messages?: number | null;
+            /** Transaction Key */
+            transaction_key?: string | null;
         };
         /**
          * TransactionEndResult
@@ -2678,6 +2741,10 @@ export interface components {
             queue_id?: number | null;
             /** Queue Offset */
             queue_offset?: number | null;
+            /** Messages */
+            messages?: number | null;
+            /** Transaction Key */
+            transaction_key?: string | null;
             /**
              * Error Code
              * @description Why this one was not ended: 40408 no such transaction, 40904 it ended already, ...
@@ -6212,6 +6279,138 @@ export interface operations {
             };
         };
     };
+    beginBatchTransaction: {
+        parameters: {
+            query: {
+                /** @description The producer group the transaction belongs to */
+                producer_group: string;
+                /** @description Names the transaction: a begin repeating a key of this topic and producer group stores nothing and answers the earlier transaction and its state */
+                transaction_key?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description Topic name */
+                topic: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/vnd.wharf.batch": string;
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchTransaction"];
+                };
+            };
+            /** @description The body is not valid JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not found. Codes: 40401 NOT_FOUND, 40402 TOPIC_NOT_FOUND, 40403 QUEUE_NOT_FOUND, 40404 MESSAGE_NOT_FOUND, 40405 GROUP_NOT_FOUND, 40406 CLUSTER_NOT_FOUND, 40407 MEMBER_NOT_FOUND, 40408 TRANSACTION_NOT_FOUND, 40410 RECEIPT_HANDLE_NOT_FOUND */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Too large: the request body is over `WHARF_MAX_REQUEST_BYTES`. Codes: 41301 MESSAGE_TOO_LARGE, 41302 PROPERTIES_TOO_LARGE, 41303 REQUEST_TOO_LARGE, 41304 TOO_MANY_ITEMS, 41310 WS_FRAME_TOO_LARGE */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The Content-Type is not one this operation accepts. Codes: 41501 UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     commitTransaction: {
         parameters: {
             query?: never;
@@ -6646,6 +6845,8 @@ export interface operations {
                 producer_group: string;
                 /** @description At most this many (1 to 1000) */
                 limit?: number;
+                /** @description true: only those checked at least once; false: every open transaction of the group */
+                checked?: boolean;
             };
             header?: never;
             path?: never;
