@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from wharf_client import OutgoingMessage, Producer, PullConsumer, TopicRoute
+from wharf_client.aio_consumer import AsyncConsumer
 
 from tests.api.server import BrokerProcess
 
@@ -46,6 +48,25 @@ def test_produce_and_consume_every_message_once(broker: BrokerProcess) -> None:
     assert sorted(bodies) == sorted(
         [f"m{i}".encode() for i in range(40)] + [f"b{i}".encode() for i in range(20)]
     )
+
+
+def test_iterating_with_stop_at_end_ends_at_the_end(broker: BrokerProcess) -> None:
+    httpx.post(f"{broker.url}/v1/topics", json={"name": "to-the-end", "queues": 2})
+    with Producer(broker.url) as producer:
+        producer.send_batch("to-the-end", [OutgoingMessage(f"e{i}".encode()) for i in range(6)])
+    with PullConsumer(
+        broker.url, "to-the-end", "once", start="first", stop_at_end=True, max_wait_ms=300
+    ) as consumer:
+        bodies = [message.body for message in consumer]  # ends: nothing to stop it by hand
+    assert sorted(bodies) == [f"e{i}".encode() for i in range(6)]
+
+    async def read_all() -> list[bytes]:
+        async with AsyncConsumer(
+            broker.url, "to-the-end", "once-async", start="first", stop_at_end=True, max_wait_ms=300
+        ) as consumer:
+            return [message.body async for message in consumer]
+
+    assert sorted(asyncio.run(asyncio.wait_for(read_all(), 30))) == [f"e{i}".encode() for i in range(6)]
 
 
 def test_a_restarted_consumer_resumes_after_what_it_finished(broker: BrokerProcess) -> None:

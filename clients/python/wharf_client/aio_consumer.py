@@ -184,7 +184,8 @@ class AsyncConsumer(AsyncHttpOwner):
         return self
 
     async def __anext__(self) -> ConsumedMessage:
-        while not self._stopped:
+        """The next message; with ``stop_at_end``, the iteration ends once the consumer is drained."""
+        while not self._stopped and not (self.stop_at_end and self.drained):
             consumed = await self.poll(0.5)
             if consumed is not None:
                 return consumed

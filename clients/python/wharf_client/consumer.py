@@ -120,7 +120,8 @@ class PullConsumer:
         return self._loop.run(self.consumer.poll(timeout_s))
 
     def __iter__(self) -> Iterator[ConsumedMessage]:
-        while not self._closed:
+        """Every message, as they come; with ``stop_at_end``, until the consumer is drained."""
+        while not self._closed and not (self.consumer.stop_at_end and self.drained):
             consumed = self.poll(0.5)
             if consumed is not None:
                 yield consumed
