@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from app.broker.ha_role import HaRole
     from app.broker.metrics import BrokerMetrics
     from app.longpoll.hold import PullHoldService
-    from app.routing.topic_config import TopicConfigManager
+    from app.routing.topic_config import TopicConfig, TopicConfigManager
     from app.store import AppendResult, MessageStore
 
 
@@ -77,6 +77,35 @@ async def produce_plain(
     return await produce_encoded(broker, topic, batches, compiled.encode_batch, born_host)
 
 
+def plain_encoder(
+    store: MessageStore,
+    config: TopicConfig,
+    topic_bytes: bytes,
+    now_ms: int,
+    round_robin: int,
+    unique_ids: tuple[str, int],
+    born_host: bytes,
+) -> Any:
+    """The kernel's encoder of plain messages into ``config``'s topic on ``store``: its limits and
+    host, the topic's write queues from ``round_robin``, unique ids from ``unique_ids`` (the
+    generator's prefix and counter)."""
+    assert compiled is not None
+    limits = store.limits
+    return compiled.PlainEncoder(
+        config.name,
+        topic_bytes,
+        store.store_host,
+        now_ms,
+        limits.max_message_size,
+        limits.max_properties_size,
+        store.commitlog.file_size - BLANK_MIN_SIZE,
+        config.write_queue_nums,
+        round_robin,
+        *unique_ids,
+        born_host,
+    )
+
+
 async def produce_encoded(
     broker: Broker,
     topic: str,
@@ -109,19 +138,8 @@ async def produce_encoded(
     sizes: list[int] = []  # records per stored batch
     total_size = body_bytes = 0
     for batch in batches:
-        encoder = compiled.PlainEncoder(
-            topic,
-            topic_bytes,
-            store.store_host,
-            now_ms,
-            limits.max_message_size,
-            limits.max_properties_size,
-            store.commitlog.file_size - BLANK_MIN_SIZE,
-            config.write_queue_nums,
-            round_robin,
-            broker.unique_ids.prefix,
-            counter,
-            born_host,
+        encoder = plain_encoder(
+            store, config, topic_bytes, now_ms, round_robin, (broker.unique_ids.prefix, counter), born_host
         )
         if not encode(batch, encoder):
             break

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from app.broker.delay import is_delayed
 from app.broker.errors import InvalidParameterError
+from app.broker.plain import plain_encoder
 from app.broker.transaction_message import HALF_TOPIC, half_message
 from app.codec import BatchFormatError, IncomingMessage, parse_batch
 from app.routing.topic_config import TopicConfig
@@ -32,7 +33,6 @@ from app.store.commit_log import skips_consume_queue
 from app.store.kernel import compiled
 from app.store.record import StoredMessage
 from app.store.record_format import (
-    BLANK_MIN_SIZE,
     PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -171,18 +171,13 @@ def encode_plain(
     limits = store.limits
     topic = config.name
     round_robin = broker.round_robin.get(topic, 0)
-    encoder = compiled.PlainEncoder(
-        topic,
+    encoder = plain_encoder(
+        store,
+        config,
         validate_topic(topic, limits.max_topic_length),
-        store.store_host,
         now_ms,
-        limits.max_message_size,
-        limits.max_properties_size,
-        store.commitlog.file_size - BLANK_MIN_SIZE,
-        config.write_queue_nums,
         round_robin,
-        broker.unique_ids.prefix,
-        broker.unique_ids.counter,
+        (broker.unique_ids.prefix, broker.unique_ids.counter),
         born_host,
     )
     if not compiled.encode_batch(data, encoder):

@@ -36,6 +36,7 @@ from app.store.atomic_file import write_atomically
 from app.store.errors import StoreConfigError
 from app.store.record import StoredMessage, decode_record
 from app.store.record_format import PROPERTY_PRODUCER_GROUP
+from app.store.results import AppendResult
 
 SCAN_BATCH = 256
 
@@ -62,6 +63,21 @@ class OpenTransaction:
             half.physical_offset,
             half.store_timestamp,
             check_times_of(half),
+        )
+
+    @classmethod
+    def stored(
+        cls, transaction_id: str, producer_group: str, topic: str, copy: AppendResult, check_times: int = 0
+    ) -> OpenTransaction:
+        """The transaction whose latest half copy was just appended as ``copy``."""
+        return cls(
+            transaction_id,
+            producer_group,
+            topic,
+            copy.queue_offset,
+            copy.physical_offset,
+            copy.store_timestamp,
+            check_times,
         )
 
 

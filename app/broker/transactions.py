@@ -225,27 +225,12 @@ class Transactions:
             fresh.append((len(answers), unique_id, supplied))
             answers.append({})
         if halves:
-            cap = broker.settings.max_open_transactions
-            if len(self.table.open) + len(halves) > cap:
-                raise TooManyOpenTransactionsError(
-                    f"{len(self.table.open)} transactions are open and {len(halves)} more would pass "
-                    f"WHARF_MAX_OPEN_TRANSACTIONS ({cap}); commit or roll back some first"
-                )
+            self._check_room(len(halves))
             appended = self.store.append(halves)
             self._last_appended = appended[-1]
             for half, (index, unique_id, supplied), result in zip(halves, fresh, appended, strict=True):
                 transaction_id = result.msg_id
-                self.table.add(
-                    OpenTransaction(
-                        transaction_id,
-                        group,
-                        topic,
-                        result.queue_offset,
-                        result.physical_offset,
-                        result.store_timestamp,
-                        0,
-                    )
-                )
+                self.table.add(OpenTransaction.stored(transaction_id, group, topic, result))
                 if supplied is not None and window is not None:
                     window.put((HALF_TOPIC, supplied), result.physical_offset)
                 answers[index] = {
@@ -324,26 +309,11 @@ class Transactions:
     async def _store_batch(
         self, topic: str, data: bytes, count: int, group: str, key: str | None
     ) -> dict[str, Any]:
-        cap = self.broker.settings.max_open_transactions
-        if len(self.table.open) + 1 > cap:
-            raise TooManyOpenTransactionsError(
-                f"{len(self.table.open)} transactions are open: one more would pass "
-                f"WHARF_MAX_OPEN_TRANSACTIONS ({cap}); commit or roll back some first"
-            )
+        self._check_room(1)
         (result,) = self.store.append([half_batch(topic, data, count, group, key)])
         self._last_appended = result
         transaction_id = result.msg_id
-        self.table.add(
-            OpenTransaction(
-                transaction_id,
-                group,
-                topic,
-                result.queue_offset,
-                result.physical_offset,
-                result.store_timestamp,
-                0,
-            )
-        )
+        self.table.add(OpenTransaction.stored(transaction_id, group, topic, result))
         durable = True
         if self.store.group_commit is not None:
             durable = await asyncio.wrap_future(self.store.durable([result]))
@@ -573,6 +543,15 @@ class Transactions:
 
     # -- checks ----------------------------------------------------------------------------------
 
+    def _check_room(self, more: int) -> None:
+        """TooManyOpenTransactionsError when ``more`` open transactions would pass the bound."""
+        cap = self.broker.settings.max_open_transactions
+        if len(self.table.open) + more > cap:
+            raise TooManyOpenTransactionsError(
+                f"{len(self.table.open)} transactions are open and {more} more would pass "
+                f"WHARF_MAX_OPEN_TRANSACTIONS ({cap}); commit or roll back some first"
+            )
+
     def recheck(self, entry: OpenTransaction) -> tuple[str, dict[str, Any]] | None:
         """Count one more check: store the half message's next copy. The group's check endpoint
         and what to send it, or None when the group has none (it polls the pending list)."""
@@ -587,14 +566,8 @@ class Transactions:
         (result,) = self.store.append([checked_copy(half, entry.transaction_id, check_times)])
         self._last_appended = result
         self.table.add(
-            OpenTransaction(
-                entry.transaction_id,
-                entry.producer_group,
-                entry.topic,
-                result.queue_offset,
-                result.physical_offset,
-                result.store_timestamp,
-                check_times,
+            OpenTransaction.stored(
+                entry.transaction_id, entry.producer_group, entry.topic, result, check_times
             )
         )
         url = self.producers.check_url(entry.producer_group)
