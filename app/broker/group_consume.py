@@ -20,7 +20,7 @@ from app.broker.filters import FilterExpression
 from app.broker.groups import BROADCASTING, CLUSTERING, ORDERLY, Group, Member
 from app.broker.pull import read_or_hold
 from app.broker.retry import ensure_retry_topic
-from app.longpoll.hold import Receive
+from app.longpoll.hold import Receive, WakeEvent
 from app.store import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ async def pull(
         return group, _counted(broker, name, _ordered(broker, name, member, reads))
     if wait_s <= 0:
         return group, reads
-    wake = asyncio.Event()
+    wake = WakeEvent()
     group.watchers.add(wake)
     # One budget for every queue: each read takes what is left, so the answer holds at most
     # max_messages (a read and its accounting run with no other task in between).

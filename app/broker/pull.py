@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from app.longpoll.hold import HoldOutcome, PullHoldService, Receive
+from app.longpoll.hold import HoldOutcome, PullHoldService, Receive, WakeEvent
 from app.store import GetMessageResult, GetMessageStatus, MessageFilter, MessageStore
 
 # A pull is held again only while at least this much of its wait is left.
@@ -43,7 +43,7 @@ async def read_or_hold(
     message_filter: MessageFilter | None,
     wait_s: float,
     receive: Receive | None = None,
-    wake: asyncio.Event | None = None,
+    wake: WakeEvent | None = None,
 ) -> Read:
     """Read up to ``max_messages`` (a number, or asked again before every read) from ``offset``;
     with nothing new, hold up to ``wait_s`` until a matching message arrives, then read again.
@@ -96,7 +96,7 @@ async def _hold(
     codes: frozenset[int] | None,
     wait_s: float,
     receive: Receive | None,
-    wake: asyncio.Event | None,
+    wake: WakeEvent | None,
 ) -> HoldOutcome | None:
     """The hold's outcome, or None when ``wake`` was set first."""
     outcome = await holds.hold(topic, queue_id, offset, codes, wait_s, receive, wake)

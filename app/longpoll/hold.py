@@ -7,7 +7,9 @@ A pull that finds nothing new is held in a table keyed (topic, queue id). It is 
 * ``TIMEOUT`` at its deadline,
 * ``DISCONNECTED`` at once when its client goes away,
 * ``SHUTDOWN`` when the broker stops,
-* ``WOKEN`` when the holder's own ``wake`` event is set (a WebSocket subscriber's queue was kicked).
+* ``WOKEN`` when the holder's own ``wake`` event (a :class:`WakeEvent`) is set: a WebSocket
+  subscriber's queue was kicked, a pusher is stopping. Setting it answers the holds waiting on it
+  there and then, with no task per hold watching it.
 
 The holder awaits its pull's future itself, with no task in between, so a pull an arrival
 answers runs again in the event loop's next turn: a producer that yields once after its append
@@ -69,6 +71,19 @@ class HeldPull:
         return next_offset > self.offset and (self.codes is None or tags_code in self.codes)
 
 
+class WakeEvent(asyncio.Event):
+    """An :class:`asyncio.Event` that also answers, as it is set, every hold waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holds: set[HeldPull] = set()
+
+    def set(self) -> None:
+        super().set()
+        for held in list(self.holds):
+            held.answer(HoldOutcome.WOKEN)
+
+
 class PullHoldService:
     def __init__(self, max_offset: Callable[[str, int], int], check_interval_s: float = 5.0) -> None:
         self.max_offset = max_offset
@@ -111,7 +126,7 @@ class PullHoldService:
         codes: frozenset[int] | None,
         timeout_s: float,
         receive: Receive | None = None,
-        wake: asyncio.Event | None = None,
+        wake: WakeEvent | None = None,
     ) -> HoldOutcome:
         """Wait until a matching message passes ``offset``, the timeout, a disconnect, shutdown
         or ``wake``."""
@@ -128,10 +143,10 @@ class PullHoldService:
         watcher = (
             asyncio.ensure_future(self._watch_disconnect(receive, held)) if receive is not None else None
         )
-        waker = None
         if wake is not None:
-            waker = asyncio.ensure_future(wake.wait())
-            waker.add_done_callback(lambda _: held.answer(HoldOutcome.WOKEN))
+            if wake.is_set():
+                held.answer(HoldOutcome.WOKEN)
+            wake.holds.add(held)
         try:
             return await held.future
         finally:
@@ -139,8 +154,8 @@ class PullHoldService:
             timer.cancel()
             if watcher is not None:
                 watcher.cancel()
-            if waker is not None:
-                waker.cancel()
+            if wake is not None:
+                wake.holds.discard(held)
             pulls = self._held.get(key)
             if pulls is not None:
                 pulls.discard(held)

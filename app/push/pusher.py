@@ -35,7 +35,7 @@ from app.broker.dead_letter import send_to_dead_letter
 from app.broker.errors import BrokerError
 from app.broker.filters import SQL92, FilterExpression
 from app.cloudevents import topic_source
-from app.longpoll.hold import HoldOutcome
+from app.longpoll.hold import HoldOutcome, WakeEvent
 from app.push.endpoint import EndpointGuard
 from app.push.request import FailureKind, PushAnswer, PushTransport, build_request, retry_after_s
 from app.push.signing import secret_key, signed_headers
@@ -118,7 +118,7 @@ class Pusher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._deliveries: set[asyncio.Task[None]] = set()
         self._supervisor: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self._stopping = WakeEvent()
 
     @property
     def group(self) -> str:

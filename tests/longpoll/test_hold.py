@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.longpoll.hold import HeldPull, HoldOutcome, PullHoldService
+from app.longpoll.hold import HeldPull, HoldOutcome, PullHoldService, WakeEvent
 from app.store.record_format import tags_hash
 
 TAG_A = tags_hash("TagA")
@@ -185,7 +185,7 @@ def test_the_holders_own_wake_event_answers_woken_and_unregisters() -> None:
     async def scenario() -> HoldOutcome:
         service = PullHoldService(Offsets(), check_interval_s=3600)
         await service.start()
-        wake = asyncio.Event()
+        wake = WakeEvent()
         waiting = asyncio.create_task(service.hold("t", 0, 5, None, 10, None, wake))
         await asyncio.sleep(0)
         assert service.held_count == 1
@@ -196,3 +196,38 @@ def test_the_holders_own_wake_event_answers_woken_and_unregisters() -> None:
         return outcome
 
     assert run(scenario()) is HoldOutcome.WOKEN
+
+
+def test_a_wake_event_answers_its_holds_as_it_is_set_with_no_task_watching_it() -> None:
+    async def scenario() -> None:
+        service = PullHoldService(Offsets(), check_interval_s=3600)
+        await service.start()
+        wake = WakeEvent()
+        tasks_before = len(asyncio.all_tasks())
+        waiting = asyncio.create_task(service.hold("t", 0, 5, None, 10, None, wake))
+        await asyncio.sleep(0)
+        # The hold's own task and nothing else: no task per hold waits on the event.
+        assert len(asyncio.all_tasks()) == tasks_before + 1
+        assert len(wake.holds) == 1
+        wake.set()
+        (held,) = service._held[("t", 0)]
+        assert held.answered  # answered by set() itself, not in a later turn
+        assert await asyncio.wait_for(waiting, 1) is HoldOutcome.WOKEN
+        assert not wake.holds
+        await service.stop()
+
+    run(scenario())
+
+
+def test_a_hold_on_a_wake_event_set_already_is_answered_woken_at_once() -> None:
+    async def scenario() -> None:
+        service = PullHoldService(Offsets(), check_interval_s=3600)
+        await service.start()
+        wake = WakeEvent()
+        wake.set()
+        outcome = await asyncio.wait_for(service.hold("t", 0, 5, None, 10, None, wake), 1)
+        assert outcome is HoldOutcome.WOKEN
+        assert service.held_count == 0 and not wake.holds
+        await service.stop()
+
+    run(scenario())

@@ -11,7 +11,7 @@ import pytest
 
 from app.broker import Broker, read_or_hold
 from app.codec import IncomingMessage
-from app.longpoll.hold import PullHoldService
+from app.longpoll.hold import PullHoldService, WakeEvent
 from app.outbound import HttpOutbound
 from app.routing.topic_config import TopicConfigManager
 from app.settings import Settings
@@ -34,7 +34,7 @@ def test_a_woken_pull_has_its_messages_before_the_produce_returns(tmp_path: Path
         await holds.start()
         try:
             await broker.produce("orders", [IncomingMessage(b"first", queue_id=0)])
-            wake = asyncio.Event() if subscriber else None
+            wake = WakeEvent() if subscriber else None
             pull = asyncio.ensure_future(
                 read_or_hold(store, holds, "orders", 0, 1, 32, None, 30.0, wake=wake)
             )

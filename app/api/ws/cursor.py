@@ -11,6 +11,8 @@ import asyncio
 import heapq
 from collections import deque
 
+from app.longpoll.hold import WakeEvent
+
 
 class QueueCursor:
     def __init__(self, queue_id: int, offset: int, committed: int) -> None:
@@ -21,7 +23,7 @@ class QueueCursor:
         self._heap: list[int] = []  # inflight offsets, with acknowledged ones removed lazily
         self.nacks: dict[int, int] = {}  # offset -> times it was negatively acknowledged
         self.redeliver: deque[int] = deque()
-        self.kick = asyncio.Event()  # wakes the reader out of a hold: a redelivery is waiting
+        self.kick = WakeEvent()  # wakes the reader out of a hold: a redelivery is waiting
         self.task: asyncio.Task[None] | None = None
 
     def delivered(self, offsets: list[int]) -> None:
