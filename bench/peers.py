@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.peers [--quick] [--json out.json] [--only throughput,latency]
                                     [--systems redis,nats,wharf] [--messages N] [--samples N]
-                                    [--wharf binary,json,json-http,plain-json,plain-binary,floor,ws-floor,...]
+                                    [--wharf binary,json,json-http,plain-json,plain-binary,floor,ws-floor,floor-json,...]
 
 Every system gets the same work from one Python process on this machine: bodies of 1 KiB (the same
 random bytes), batches of 100, fresh streams named for the run and deleted after it, the systems
@@ -14,8 +14,9 @@ that does not answer is skipped with the reason. Wharf is a broker process start
 (``python -m app`` at the store's defaults, a temporary store), one topic of one queue per stream, so each
 system writes and reads one ordered log. ``--wharf`` picks Wharf's lanes (all by default): the
 throughput lanes ``binary``, ``json``, ``json-http``, ``plain-json`` and ``plain-binary``, the latency
-lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor`` and ``ws-floor``, the HTTP and
-WebSocket floors (below), whose relay process is started and stopped with the broker.
+lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor``, ``ws-floor``, ``floor-json`` and
+``floor-binary``, the HTTP and WebSocket floors (below), whose relay process is started and stopped
+with the broker.
 
 * ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
   batch (or window) of 100 at a time, messages/s (the plain lanes: one batch of 100 in flight, then
@@ -64,6 +65,12 @@ WebSocket floors (below), whose relay process is started and stopped with the br
   (each frame's message kept in memory and pushed to the subscriber before the producer's answer):
   the websockets client, the sockets and uvicorn's WebSocket protocol, nothing of Wharf. A
   reference for Wharf WebSocket JSON's e2e, with no target.
+* The throughput floors, "HTTP floor, JSON batches" and "HTTP floor, binary batches" (``--wharf
+  floor-json,floor-binary``, throughput only): "Wharf plain JSON"'s and "Wharf plain binary"'s
+  throughput lanes, the same client code, against the relay (JSON messages kept as a pull answers
+  them; binary batches encoded into records by the compiled kernel, as Wharf's produce encodes
+  them, and pulls answered with the records joined). What a plain lane's row lies below its floor
+  is Wharf's own; the floor is the client's, uvicorn's and the wire format's. No target.
 
 Targets are ratios against the better peer: Wharf binary produce >= 2x, consume >= 5x and e2e p99
 at most Redis's; Wharf JSON produce >= 1x and consume >= 2x; Wharf plain JSON produce >= 1x and
@@ -123,14 +130,21 @@ WHARF_NAMES = {
     "ws-json": "Wharf WebSocket JSON",
     "floor": "HTTP floor",
     "ws-floor": "WebSocket floor",
+    "floor-json": "HTTP floor, JSON batches",
+    "floor-binary": "HTTP floor, binary batches",
 }
+# The floors' lanes, each the Wharf lane whose client code it runs against the relay.
+FLOOR_OF = {"floor": "plain-http", "floor-json": "plain-json", "floor-binary": "plain-binary"}
 WHARF_LANES = tuple(WHARF_NAMES)
+FLOOR_KINDS = ("floor", "ws-floor", "floor-json", "floor-binary")
 WHARF_SECTIONS = {
     "binary": SECTIONS,
     "plain-http": ("latency",),
     "ws-json": ("latency",),
     "floor": ("latency",),
     "ws-floor": ("latency",),
+    "floor-json": ("throughput",),
+    "floor-binary": ("throughput",),
 }
 # Targets, as ratios to the better peer: (produce, consume) throughput, and e2e p99 at most.
 THROUGHPUT_GOALS = {
@@ -702,19 +716,21 @@ class PlainLane(WharfLane):
 
 
 class FloorLane(PlainLane):
-    """The HTTP floor: "Wharf plain HTTP"'s latency lane, the same client code, against
-    :mod:`bench.relay_app` (a raw ASGI app that keeps the messages in a list and wakes a long poll
-    with an event, served by uvicorn as the broker is) instead of the broker. What it measures is
-    the client, the sockets and uvicorn, with nothing of Wharf: the ceiling of the plain HTTP path
-    on this stack. Its rows have no target."""
+    """An HTTP floor: a plain lane, the same client code, against :mod:`bench.relay_app` (a raw
+    ASGI app that keeps the messages in a list and wakes a long poll with an event, served by
+    uvicorn as the broker is) instead of the broker. ``floor`` runs "Wharf plain HTTP"'s latency
+    lane, ``floor-json`` and ``floor-binary`` the throughput of "Wharf plain JSON" and "Wharf plain
+    binary". What they measure is the client, the sockets and uvicorn (and, for binary batches, the
+    records' encoding), with nothing of Wharf: the ceiling of the plain HTTP path on this stack.
+    Their rows have no target."""
 
-    def __init__(self, relay: RelayProcess) -> None:
-        super().__init__(relay, "plain-http")
-        self.name = self.alias = WHARF_NAMES["floor"]
-        self.sections = WHARF_SECTIONS["floor"]
+    def __init__(self, relay: RelayProcess, kind: str = "floor") -> None:
+        super().__init__(relay, FLOOR_OF[kind])
+        self.name = self.alias = WHARF_NAMES[kind]
+        self.sections = WHARF_SECTIONS[kind]
         self.note = self.latency_note = (
             "bare ASGI relay (bench.relay_app: uvicorn, uvloop, httptools, messages in memory), "
-            "Wharf plain HTTP's client code"
+            f"{WHARF_NAMES[FLOOR_OF[kind]]}'s client code"
         )
 
 
@@ -942,7 +958,9 @@ def main(argv: list[str] | None = None) -> int:
     with harness.scratch_dir("peers-bench-", harness.scratch_parent()) as root:
         broker = BrokerProcess(root / "store", **broker_settings())
         # The floors' relay, when a floor's lane has a section to run in.
-        floor = "wharf" in systems and bool({"floor", "ws-floor"} & set(kinds)) and "latency" in sections
+        floor = "wharf" in systems and any(
+            set(WHARF_SECTIONS[kind]) & set(sections) for kind in kinds if kind in FLOOR_KINDS
+        )
         relay = RelayProcess(root / "relay.log") if floor else None
         try:
             broker.start()
@@ -955,10 +973,10 @@ def main(argv: list[str] | None = None) -> int:
                 lanes.append(NatsLane(args.nats))
             if "wharf" in systems:
                 for kind in kinds:
-                    if kind not in ("floor", "ws-floor"):
+                    if kind not in FLOOR_KINDS:
                         lanes.append(wharf_lane(broker, kind))
                     elif relay is not None:
-                        lanes.append(FloorLane(relay) if kind == "floor" else WsFloorLane(relay))
+                        lanes.append(FloorLane(relay, kind) if kind in FLOOR_OF else WsFloorLane(relay))
             bench = Bench(plan, lanes)
 
             def run(section: str) -> list[Result]:

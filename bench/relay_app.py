@@ -7,11 +7,14 @@ benchmark's plain lanes use, keeping each topic's messages in a list in memory:
   [...]}``) parsed with orjson, each message's ``body`` and ``encoding`` kept (already serialized as
   the message a pull answers), any long poll waiting on the topic woken, and a prepared answer of
   the shape Wharf gives (``{"results": [{"msg_id", "unique_id", "queue_id", "queue_offset",
-  "status": "SEND_OK"}]}``).
+  "status": "SEND_OK"}]}``). A binary batch (``application/vnd.wharf.batch``) is turned into
+  records by the compiled kernel's encoder, in one call, as Wharf's own produce encodes it: the
+  record is the wire format of a binary pull, so any server of it does this much.
 * ``GET /v1/topics/{t}/queues/0/messages?offset=N&max_messages=M&max_wait_ms=W``: the messages from
   ``offset`` at once when there are any, else held on the topic's :class:`asyncio.Event` up to
   ``max_wait_ms``; answered as Wharf's JSON pull (``status``, ``next_offset``, ``messages`` with the
-  fields of Wharf's, the body as it was posted).
+  fields of Wharf's, the body as it was posted), or, with ``Accept: application/vnd.wharf.records``,
+  as Wharf's binary pull: the records joined, the count and next offset in headers.
 * ``POST /v1/topics`` (201) and ``DELETE /v1/topics/{t}`` (200, the topic's messages dropped), so a
   lane can create and delete its stream; ``GET /readyz`` and ``/healthz`` answer 200.
 * WebSocket ``/v1/ws/produce?topic=T``: each text frame one JSON message, kept as a POST keeps it,
@@ -44,6 +47,9 @@ from typing import Any
 import httpx
 import orjson
 
+from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE
+from app.store.kernel import compiled
+from app.store.record_format import BLANK_MIN_SIZE, NO_HOST, Limits
 from tests.api.server import ROOT, free_port
 
 Scope = MutableMapping[str, Any]
@@ -65,16 +71,21 @@ RESULT = (
 )
 ONE_RESULT = b'{"results":[' + RESULT + b"]}"
 PULL = b'{"status":"%s","next_offset":%d,"min_offset":0,"max_offset":%d,"suggest_broker_id":0,"messages":['
+BATCH = BATCH_MEDIA_TYPE.encode()
+RECORDS = RECORDS_MEDIA_TYPE.encode()
+LIMITS = Limits()  # the store's defaults
+RECORD_LIMIT = (1 << 30) - BLANK_MIN_SIZE  # a record fits a segment of Wharf's default 1 GiB
 
 
 class Topic:
     """One topic's messages, each already the JSON object a pull answers, the event its long polls
     wait on (set, then replaced, when a message comes) and its WebSocket subscribers' ``send``."""
 
-    __slots__ = ("event", "messages", "subscribers")
+    __slots__ = ("event", "messages", "records", "subscribers")
 
     def __init__(self) -> None:
         self.messages: list[bytes] = []
+        self.records: list[bytes] = []  # binary batches' messages, as stored records
         self.event = asyncio.Event()
         self.subscribers: list[Send] = []
 
@@ -102,6 +113,30 @@ class Topic:
         )
         return offset
 
+    def append_batch(self, topic: str, data: bytes) -> list[int]:
+        """A binary batch's messages, encoded into records in one compiled call; their offsets."""
+        if compiled is None:
+            raise RuntimeError("the relay's binary batches need the compiled kernel")
+        encoder = compiled.PlainEncoder(
+            topic,
+            topic.encode(),
+            NO_HOST,
+            int(time.time() * 1000),
+            LIMITS.max_message_size,
+            LIMITS.max_properties_size,
+            RECORD_LIMIT,
+            1,  # one queue
+            0,
+            "7F0000010000ABCD1234",
+            len(self.records),
+            NO_HOST,
+        )
+        if not compiled.encode_batch(data, encoder):
+            raise ValueError("not a plain batch")
+        start = len(self.records)
+        self.records.extend(record[0] for record in encoder.result()[0])
+        return list(range(start, len(self.records)))
+
     def wake(self) -> None:
         self.event.set()
         self.event = asyncio.Event()
@@ -117,12 +152,14 @@ def topic_named(name: str) -> Topic:
     return topic
 
 
-async def answer(send: Send, status: int, body: bytes) -> None:
+async def answer(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = JSON_HEADERS
+) -> None:
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [*JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
         }
     )
     await send({"type": "http.response.body", "body": body})
@@ -145,11 +182,19 @@ def query(scope: Scope) -> dict[bytes, bytes]:
     return dict(pair.partition(b"=")[::2] for pair in raw.split(b"&") if pair)
 
 
-async def produce(name: str, receive: Receive, send: Send) -> None:
-    document = orjson.loads(await read_body(receive))
-    posted = document.get("messages", [document])
+def header(scope: Scope, name: bytes) -> bytes:
+    return next((value for key, value in scope["headers"] if key == name), b"")
+
+
+async def produce(name: str, scope: Scope, receive: Receive, send: Send) -> None:
+    body = await read_body(receive)
     topic = topic_named(name)
-    offsets = [topic.append(name, message) for message in posted]
+    if header(scope, b"content-type") == BATCH:
+        offsets = topic.append_batch(name, body)
+    else:
+        document = orjson.loads(body)
+        posted = document.get("messages", [document])
+        offsets = [topic.append(name, message) for message in posted]
     topic.wake()
     if len(offsets) == 1:
         offset = offsets[0]
@@ -165,6 +210,15 @@ async def pull(name: str, scope: Scope, send: Send) -> None:
     count = int(params.get(b"max_messages", PULL_DEFAULT_MESSAGES))
     wait_s = int(params.get(b"max_wait_ms", b"0")) / 1000
     topic = topic_named(name)
+    if header(scope, b"accept") == RECORDS:
+        records = topic.records[offset : offset + count]
+        headers = [
+            (b"content-type", RECORDS),
+            (b"x-wharf-message-count", b"%d" % len(records)),
+            (b"x-wharf-next-offset", b"%d" % (offset + len(records))),
+        ]
+        await answer(send, 200, b"".join(records), headers)
+        return
     if len(topic.messages) <= offset and wait_s > 0:
         event = topic.event
         try:
@@ -238,7 +292,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     parts = scope["path"].split("/")  # "", "v1", "topics", name, ...
     if parts[1:3] == ["v1", "topics"]:
         if len(parts) == 5 and parts[4] == "messages" and method == "POST":
-            await produce(parts[3], receive, send)
+            await produce(parts[3], scope, receive, send)
             return
         if len(parts) == 7 and parts[4:] == ["queues", "0", "messages"] and method == "GET":
             await pull(parts[3], scope, send)

@@ -1,6 +1,6 @@
 """The peers benchmark's plain lanes (one request at a time on one httpx connection), the JSON
-socket latency lane and the HTTP floor (the plain HTTP latency lane against the bare ASGI relay),
-with a handful of messages: a real broker process, the relay, and Redis and NATS when they answer
+socket latency lane and the HTTP floors (the plain lanes against the bare ASGI relay), with a
+handful of messages: a real broker process, the relay, and Redis and NATS when they answer
 on localhost."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from bench import peers
 
-PLAIN = ("plain-json", "plain-binary", "plain-http", "ws-json", "floor")
+PLAIN = ("plain-json", "plain-binary", "plain-http", "ws-json", "floor", "floor-json", "floor-binary")
 # Each new row with a target, and the target as the report writes it.
 TARGETS = {
     "Wharf plain JSON produce": ">= 1x",
@@ -28,6 +28,10 @@ ROWS = (
     "Wharf WebSocket JSON e2e p50",
     "HTTP floor e2e p50",
     "HTTP floor e2e p99",
+    "HTTP floor, JSON batches produce",
+    "HTTP floor, JSON batches consume",
+    "HTTP floor, binary batches produce",
+    "HTTP floor, binary batches consume",
 )
 CPU_ROWS = (
     "Wharf plain JSON produce broker CPU",
@@ -37,6 +41,8 @@ CPU_ROWS = (
     "Wharf plain HTTP e2e broker CPU",
     "Wharf WebSocket JSON e2e broker CPU",
     "HTTP floor e2e broker CPU",  # the relay's process
+    "HTTP floor, JSON batches produce broker CPU",
+    "HTTP floor, binary batches consume broker CPU",
 )
 
 
@@ -58,9 +64,10 @@ def test_the_plain_lanes_report_their_rows_judged_against_the_peers(tmp_path: Pa
     assert report["settings"]["wharf_lanes"] == list(PLAIN)
     # The floor is a reference: no target of its own, never the baseline of another row.
     floor = [result for name, result in results.items() if name.startswith("HTTP floor")]
-    assert len(floor) == 3 and not any(result["target"] or result["baseline"] for result in floor)
+    assert len(floor) == 11 and not any(result["target"] or result["baseline"] for result in floor)
     assert "bare ASGI relay" in results["HTTP floor e2e p50"]["note"]
-    assert not any(result["baseline"] == "HTTP floor" for result in results.values())
+    assert "Wharf plain binary's client code" in results["HTTP floor, binary batches produce"]["note"]
+    assert not any(str(result["baseline"]).startswith("HTTP floor") for result in results.values())
     if set(report["settings"]["skipped"]) != {"redis", "nats"}:  # a peer to judge by
         judged = {name: result["target"] for name, result in results.items() if result["target"]}
         assert judged == TARGETS
