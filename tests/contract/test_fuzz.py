@@ -2,7 +2,10 @@
 broker over HTTP and checks every answer against the document.
 
 No answer may be a 5xx; every status, Content-Type and body must be one the document declares for
-the operation; no request may take longer than REQUEST_TIMEOUT_S. The seed is fixed, so a run is
+the operation; no request may take longer than REQUEST_TIMEOUT_S. The broker runs with its fast
+lane (app.api.fast_lane, on by default), so the produce and pull requests of the common shapes are
+checked against the document as the lane answers them, on the connection: the run fails if the
+lane answered none. The seed is fixed, so a run is
 repeatable. A longer run (the README's "Tests and benchmarks"):
 
     WHARF_FUZZ_MAX_EXAMPLES=1000 WHARF_FUZZ_SEED=7 .venv/bin/python -m pytest tests/contract/test_fuzz.py
@@ -17,7 +20,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.server import BrokerProcess
 
@@ -28,6 +33,10 @@ SEED = int(os.environ.get("WHARF_FUZZ_SEED", "20151015"))
 # Examples per operation and phase: with the coverage phase's own cases, about 1,400 requests.
 MAX_EXAMPLES = int(os.environ.get("WHARF_FUZZ_MAX_EXAMPLES", "30"))
 MIN_CASES = 1000
+# Produce and pull cases of the shapes the fast lane takes (with the fixed seed: 77, 45 of them on
+# the connection).
+MIN_LANE_REQUESTS = 40
+MIN_LANE_CONNECTION_REQUESTS = 20
 CHECKS = ",".join(
     (
         "not_a_server_error",
@@ -76,3 +85,15 @@ def test_generated_requests_get_documented_answers(fuzz_broker: BrokerProcess, t
     assert summary["operations"]["tested"] == summary["operations"]["total"], output
     assert summary["test_cases"]["generated"] >= MIN_CASES, output
     assert summary["test_cases"]["errored"] == 0, output
+    # The lean path was among what the document checked: the lane answered on the connection.
+    metrics = httpx.get(f"{fuzz_broker.url}/metrics", timeout=10).text
+    counters = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name.startswith("wharf_http_fast_lane")
+    }
+    assert counters["wharf_http_fast_lane_requests_total"] >= MIN_LANE_REQUESTS, counters
+    assert counters["wharf_http_fast_lane_connection_requests_total"] >= MIN_LANE_CONNECTION_REQUESTS, (
+        counters
+    )
