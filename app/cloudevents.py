@@ -7,7 +7,7 @@ Produce (``POST /v1/topics/{t}/messages``) takes an event in each mode of the HT
 * structured: one event as a JSON object, ``application/cloudevents+json`` (:func:`structured_events`);
 * batched: a JSON array of them, ``application/cloudevents-batch+json``.
 
-An event becomes one message (the table is the README's "CloudEvents"):
+An event becomes one message (the table is in docs/guides/browser.md, "CloudEvents"):
 
 ==================  ==============================================================================
 ``id`` + ``source``  the unique id: a hash of both, so a resent event is stored once (the

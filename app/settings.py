@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     # (RocketMQ's suspendCurrentQueueTimeMillis).
     orderly_suspend_ms: int = Field(1000, ge=0, le=3_600_000)
     expiry_scan_interval_s: float = Field(10.0, gt=0)
-    # Push subscriptions (README "Push subscriptions"): endpoints on loopback, link-local or private
+    # Push subscriptions (docs/guides/push.md): endpoints on loopback, link-local or private
     # addresses are refused unless this is true; at most push_max_subscriptions per broker; a failing
     # endpoint is tried again after an exponential back-off from push_backoff_min_ms up to
     # push_backoff_max_ms, and a Retry-After on a 429 or 503 is honoured up to push_retry_after_max_s.
@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     auto_create_topics: bool = True
     default_topic_queue_nums: int = Field(4, ge=1, le=1024)
 
-    # Delayed delivery (README "Delayed delivery"): the furthest a delay_ms or deliver_at_ms may
+    # Delayed delivery (docs/guides/delayed.md): the furthest a delay_ms or deliver_at_ms may
     # reach (3 days), how often the delivery progress is saved (delayOffset.json, the timer's
     # checkpoint), and how long a timer message waits before it is stored again - less than the
     # CommitLog's retention (file_reserved_time_h), so that retention never takes a pending message.
@@ -187,14 +187,14 @@ class Settings(BaseSettings):
     # off, every request goes through the whole app. CORS or the ACL configured turn it off.
     fast_lane: bool = True
 
-    # WebSocket subscriptions and produce (README "WebSocket").
+    # WebSocket subscriptions and produce (docs/reference/websocket.md).
     ws_max_credit: int = Field(10_000, ge=1)
     ws_batch_messages: int = Field(32, ge=1)
     ws_max_unacked: int = Field(1_000, ge=1)
     ws_hold_ms: int = Field(30_000, ge=100)
     ws_produce_max_pending: int = Field(1_000, ge=1)
 
-    # WebSocket bounds against slow, silent and hostile clients (README "WebSocket": "Bounds").
+    # WebSocket bounds against slow, silent and hostile clients (docs/reference/websocket.md, "Bounds").
     # Bytes of encoded frames a socket may have waiting for, or being handed to, its client.
     ws_max_queued_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     # A frame the client does not take within this long closes the socket (1013).
@@ -206,7 +206,7 @@ class Settings(BaseSettings):
     ws_max_frame_bytes: int = Field(1024 * 1024, ge=1024)
     ws_produce_max_frame_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
-    # Server-Sent Events, GET /v1/topics/{topic}/events (README "Server-Sent Events").
+    # Server-Sent Events, GET /v1/topics/{topic}/events (docs/guides/browser.md).
     # A ": ping" comment after this long without an event, so proxies keep the stream open.
     sse_heartbeat_s: float = Field(15.0, gt=0)
     sse_retry_ms: int = Field(3_000, ge=0)  # the "retry:" a client waits before it reconnects
@@ -215,10 +215,10 @@ class Settings(BaseSettings):
     # A write the client does not take within this long closes the stream.
     sse_send_timeout_s: float = Field(30.0, gt=0)
 
-    # Authentication and ACL (README "Authentication and ACL"): RocketMQ's plain_acl.yml. Empty: off.
+    # Authentication and ACL (docs/guides/security.md): RocketMQ's plain_acl.yml. Empty: off.
     acl_file: str = ""
     acl_reload_interval_ms: int = Field(1_000, ge=0)  # how often a request looks for a changed file
-    # The edge: what one client may cost, CORS and TLS (README "Limits and the edge").
+    # The edge: what one client may cost, CORS and TLS (docs/guides/security.md, "Limits and the edge").
     max_admin_request_bytes: int = Field(1024 * 1024, ge=1024)  # every body but produce's
     max_url_bytes: int = Field(8 * 1024, ge=256)
     max_header_bytes: int = Field(16 * 1024, ge=1024)
@@ -232,7 +232,7 @@ class Settings(BaseSettings):
     # "*"; uvicorn's forwarded_allow_ips. The client is the born host of what it produces.
     forwarded_allow_ips: str = "127.0.0.1"
 
-    # Recovery after a clean stop (README "Configuration: recovery"): trailing CommitLog segments
+    # Recovery after a clean stop (docs/guides/operating/configuration.md, "Configuration: recovery"): trailing CommitLog segments
     # walked to find the end of the log.
     recover_segments_normal: int = _store_default("recover_segments_normal", ge=1)
 

@@ -253,7 +253,7 @@ class Rule:
     method: str
     template: str
     need: Need | Classifier  # fixed, or found from the request
-    summary: str  # the README's words for the permission
+    summary: str  # the security guide's words for the permission
 
     @property
     def pattern(self) -> re.Pattern[str]:

@@ -38,7 +38,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 class FilterBody(BaseModel):
     """A subscription's filter given as an object: a SQL92 expression over message properties
-    (README "Filtering"), or a tag expression."""
+    (docs/guides/filters.md), or a tag expression."""
 
     type: Literal["tag", "sql92"]
     expression: str = Field(min_length=1, max_length=4096)

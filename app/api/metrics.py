@@ -10,7 +10,7 @@ come the broker's counters and lag, written by :mod:`app.broker.metrics_text`.
 
 A scrape writes the text in a worker thread: the lag of 10,000 queues takes a while, and the event
 loop (produce, pull) goes on meanwhile. Nothing it reads takes the store's write lock. The route
-is not in the OpenAPI document: it answers Prometheus' format, not the JSON API (README "Metrics").
+is not in the OpenAPI document: it answers Prometheus' format, not the JSON API (docs/guides/operating/metrics.md).
 """
 
 from __future__ import annotations

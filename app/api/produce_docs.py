@@ -48,7 +48,7 @@ PRODUCE_BODY = {
                     "description": "One CloudEvent 1.0 in structured mode: specversion, id, source and type "
                     "required; data (JSON, or a string for a non-JSON datacontenttype) or data_base64. "
                     "id + source make the unique id, type the tags, subject the key, every attribute a "
-                    "property ce_<name> (README: CloudEvents).",
+                    "property ce_<name> (docs/guides/browser.md, CloudEvents).",
                     "required": ["specversion", "id", "source", "type"],
                     "properties": {
                         "specversion": {"type": "string", "enum": ["1.0"]},
@@ -83,7 +83,7 @@ PRODUCE_BODY = {
                 "schema": {
                     "type": "string",
                     "format": "binary",
-                    "description": "Wharf's binary batch (see the README): 'WHB1', count, then per message "
+                    "description": "Wharf's binary batch (docs/guides/produce.md): 'WHB1', count, then per message "
                     "queue_id, flag, born_timestamp, tags, keys, unique_id, sharding_key, properties, body. "
                     "A delay is a property: DELAY (level), TIMER_DELAY_MS or TIMER_DELIVER_MS.",
                 }

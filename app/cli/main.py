@@ -77,8 +77,8 @@ def root(
 ) -> None:
     """Wharf, an HTTP-native, RocketMQ-style message broker. Without a command: serve.
 
-    Every setting of the broker is a WHARF_* environment variable (README, "Configuration"); the
-    client commands ask the broker at --url (WHARF_URL) as --user (WHARF_USER).
+    Every setting of the broker is a WHARF_* environment variable (the documentation's settings
+    reference); the client commands ask the broker at --url (WHARF_URL) as --user (WHARF_USER).
     """
     if context.invoked_subcommand is None:
         serve()

@@ -1,4 +1,4 @@
-"""Push subscriptions (README "Push subscriptions"): consumer groups the broker runs itself, each
+"""Push subscriptions (docs/guides/push.md): consumer groups the broker runs itself, each
 delivering the messages of its topic by HTTP POST to an endpoint.
 
 * :mod:`app.push.subscription` - a subscription's settings, checked (the value PUT and kept);

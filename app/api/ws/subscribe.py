@@ -16,7 +16,7 @@ subscriber reads them again.
 Frames from the client: ``permit`` (grant credit), ``ack`` / ``nack`` (with a group) and
 ``status``. Frames from the broker: ``assignment``, ``messages``, ``committed`` and ``status``;
 with ``format=binary`` a ``messages`` frame is a binary frame of the stored records instead.
-The README's "WebSocket" section is the reference.
+docs/reference/websocket.md is the reference.
 """
 
 from __future__ import annotations

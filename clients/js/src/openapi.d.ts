@@ -1275,7 +1275,7 @@ export interface components {
         /**
          * FilterBody
          * @description A subscription's filter given as an object: a SQL92 expression over message properties
-         *     (README "Filtering"), or a tag expression.
+         *     (docs/guides/filters.md), or a tag expression.
          * @example {
          *       "expression": "region = 'eu'",
          *       "type": "sql92"

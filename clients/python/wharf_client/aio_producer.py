@@ -2,7 +2,7 @@
 queue's batches stored in the order they were sent.
 
 Routing, queue selection, retries and latency fault tolerance are the sync :class:`Producer`'s
-(README "Several brokers"). What asyncio adds is concurrency, and with it a question of order: two
+(docs/guides/several-brokers.md). What asyncio adds is concurrency, and with it a question of order: two
 batches for one queue posted at once may be stored either way round. So every queue has a line:
 
     send_batch(t, a, sharding_key="k")  ->  admission line of t  ->  line of queue q  ->  POST

@@ -1,7 +1,7 @@
 """The asyncio WebSocket subscriber: the brokers push a topic's stored records, within credit.
 
-One socket per broker name that serves the topic, ``/v1/ws/subscribe?format=binary`` (README
-"WebSocket"): each binary frame holds stored CommitLog records, decoded by the client's record
+One socket per broker name that serves the topic, ``/v1/ws/subscribe?format=binary``
+(docs/reference/websocket.md): each binary frame holds stored CommitLog records, decoded by the client's record
 decoder; text frames (``assignment``, ``committed``) are the broker's bookkeeping. A message counts
 as processed when the application asks for the next one, as with :class:`AsyncConsumer`; with a
 group, processed messages are acknowledged and the broker commits the group's offset (the oldest
