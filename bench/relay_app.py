@@ -4,8 +4,9 @@ A raw ASGI app (no FastAPI, no Starlette, no store, no validation) with the URL 
 benchmark's plain lanes use, keeping each topic's messages in a list in memory:
 
 * ``POST /v1/topics/{t}/messages``: the body read whole, one message object (or ``{"messages":
-  [...]}``) parsed with orjson, each message's ``body`` and ``encoding`` kept (already serialized as
-  the message a pull answers), any long poll waiting on the topic woken, and a prepared answer of
+  [...]}``) parsed with msgspec, each message's ``body`` kept as the raw JSON it came as and its
+  ``encoding``, both put into the message a pull answers with one formatting each (the least a
+  server of these JSON shapes can do), any long poll waiting on the topic woken, and a prepared answer of
   the shape Wharf gives (``{"results": [{"msg_id", "unique_id", "queue_id", "queue_offset",
   "status": "SEND_OK"}]}``). A binary batch (``application/vnd.wharf.batch``) is turned into
   records by the compiled kernel's encoder, in one call, as Wharf's own produce encodes it: the
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import orjson
 
 from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE
@@ -71,10 +73,37 @@ RESULT = (
 )
 ONE_RESULT = b'{"results":[' + RESULT + b"]}"
 PULL = b'{"status":"%s","next_offset":%d,"min_offset":0,"max_offset":%d,"suggest_broker_id":0,"messages":['
+# A pulled message as Wharf's JSON pull shows it: ids, topic (JSON), offset, body (raw JSON),
+# encoding, timestamps.
+MESSAGE = (
+    b'{"msg_id":"' + MSG_ID + b'","unique_id":"' + UNIQUE_ID + b'","topic":%s,"queue_id":0,'
+    b'"queue_offset":%d,"tags":"","keys":[],"properties":{},"body":%s,"encoding":"%s",'
+    b'"born_timestamp":%d,"store_timestamp":%d,"reconsume_times":0}'
+)
 BATCH = BATCH_MEDIA_TYPE.encode()
 RECORDS = RECORDS_MEDIA_TYPE.encode()
 LIMITS = Limits()  # the store's defaults
 RECORD_LIMIT = (1 << 30) - BLANK_MIN_SIZE  # a record fits a segment of Wharf's default 1 GiB
+
+
+class Posted(msgspec.Struct):
+    """A posted message: its body as the raw JSON it came as, its encoding."""
+
+    body: msgspec.Raw
+    encoding: str = "utf8"
+
+
+POSTED = msgspec.json.Decoder(Posted)
+POSTED_LIST = msgspec.json.Decoder(list[Posted])
+TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def posted_messages(body: bytes) -> list[Posted]:
+    """The messages of a produce body: ``{"messages": [...]}`` or one message object."""
+    fields = TOP_LEVEL.decode(body)
+    if "messages" in fields:
+        return POSTED_LIST.decode(fields["messages"])
+    return [POSTED.decode(body)]
 
 
 class Topic:
@@ -89,29 +118,16 @@ class Topic:
         self.event = asyncio.Event()
         self.subscribers: list[Send] = []
 
-    def append(self, topic: str, posted: dict[str, Any]) -> int:
-        offset = len(self.messages)
+    def append(self, topic: str, posted: list[Posted]) -> list[int]:
+        """``posted`` kept as the messages a pull answers; their offsets."""
+        start = len(self.messages)
         now = int(time.time() * 1000)
-        self.messages.append(
-            orjson.dumps(
-                {
-                    "msg_id": (MSG_ID % offset).decode(),
-                    "unique_id": (UNIQUE_ID % offset).decode(),
-                    "topic": topic,
-                    "queue_id": 0,
-                    "queue_offset": offset,
-                    "tags": "",
-                    "keys": [],
-                    "properties": {},
-                    "body": posted["body"],
-                    "encoding": posted.get("encoding", "utf8"),
-                    "born_timestamp": now,
-                    "store_timestamp": now,
-                    "reconsume_times": 0,
-                }
-            )
+        name = orjson.dumps(topic)
+        self.messages.extend(
+            MESSAGE % (offset, offset, name, offset, message.body, message.encoding.encode(), now, now)
+            for offset, message in enumerate(posted, start)
         )
-        return offset
+        return list(range(start, len(self.messages)))
 
     def append_batch(self, topic: str, data: bytes) -> list[int]:
         """A binary batch's messages, encoded into records in one compiled call; their offsets."""
@@ -192,9 +208,7 @@ async def produce(name: str, scope: Scope, receive: Receive, send: Send) -> None
     if header(scope, b"content-type") == BATCH:
         offsets = topic.append_batch(name, body)
     else:
-        document = orjson.loads(body)
-        posted = document.get("messages", [document])
-        offsets = [topic.append(name, message) for message in posted]
+        offsets = topic.append(name, posted_messages(body))
     topic.wake()
     if len(offsets) == 1:
         offset = offsets[0]
@@ -241,8 +255,8 @@ async def produce_socket(name: str, receive: Receive, send: Send) -> None:
         event = await receive()
         if event["type"] != "websocket.receive":
             return
-        posted = orjson.loads(event.get("text") or event.get("bytes") or b"{}")
-        offset = topic.append(name, posted)
+        text = event.get("text")
+        (offset,) = topic.append(name, [POSTED.decode(text.encode() if text is not None else event["bytes"])])
         pushed = b'{"type":"messages","messages":[' + topic.messages[offset] + b"]}"
         for subscriber in list(topic.subscribers):
             await subscriber({"type": "websocket.send", "text": pushed.decode()})
