@@ -8,11 +8,13 @@ OpenAPI document's description of the body.
 
 from __future__ import annotations
 
+import binascii
 import re
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
+from pybase64 import b64decode
 
 from app.api.errors import ApiError, ErrorCode
 from app.codec import BodyEncodingError, IncomingMessage, decode_body
@@ -54,23 +56,39 @@ def describe(error: msgspec.ValidationError, where: str = "") -> str:
     return f"{where}{path}: {found['what']}" if path else f"{where}{found['what']}"
 
 
-def to_incoming(item: WireMessage) -> IncomingMessage:
+def _body_of(text: str, encoding: str) -> bytes:
     try:
-        body = decode_body(item.body, item.encoding)
+        return decode_body(text, encoding)
     except BodyEncodingError as exc:
         raise ApiError(ErrorCode.INVALID_BODY_ENCODING, str(exc)) from None
+
+
+def to_incoming(item: WireMessage) -> IncomingMessage:
+    text, encoding = item.body, item.encoding
+    if encoding == "base64":
+        try:
+            body = b64decode(text, validate=True)
+        except (binascii.Error, ValueError):  # the standard library decides, and says what is wrong
+            body = _body_of(text, encoding)
+    else:
+        body = _body_of(text, encoding)
     keys = item.keys
+    # Positional, in IncomingMessage's field order (a keyword call costs a third more per message):
+    # body, tags, keys, properties, queue_id, sharding_key, unique_id, flag, born_timestamp,
+    # delay_level, delay_ms, deliver_at_ms.
     return IncomingMessage(
-        body=body,
-        tags=item.tags or "",
-        keys=(keys.split() if isinstance(keys, str) else keys) if keys else [],
-        properties=item.properties or {},
-        queue_id=item.queue_id,
-        sharding_key=item.sharding_key,
-        unique_id=item.unique_id,
-        delay_level=item.delay_level,
-        delay_ms=item.delay_ms,
-        deliver_at_ms=item.deliver_at_ms,
+        body,
+        item.tags or "",
+        (keys.split() if isinstance(keys, str) else keys) if keys else [],
+        item.properties or {},
+        item.queue_id,
+        item.sharding_key,
+        item.unique_id,
+        0,
+        0,
+        item.delay_level,
+        item.delay_ms,
+        item.deliver_at_ms,
     )
 
 
@@ -87,10 +105,13 @@ def batch_of(raw: bytes) -> list[IncomingMessage] | None:
     except ValueError:  # msgspec's errors, and text that is not UTF-8
         return None
     for item in batch.messages:
-        # What orjson (the dict path) refuses as a number: outside 64 bits.
-        for number in (item.queue_id, item.delay_level, item.delay_ms, item.deliver_at_ms):
-            if number is not None and not INT64_MIN <= number <= UINT64_MAX:
-                return None
+        # What orjson (the dict path) refuses as a number: outside 64 bits (queue_id is >= 0).
+        if item.queue_id is not None and item.queue_id > UINT64_MAX:
+            return None
+        if item.delay_level is not None or item.delay_ms is not None or item.deliver_at_ms is not None:
+            for number in (item.delay_level, item.delay_ms, item.deliver_at_ms):
+                if number is not None and not INT64_MIN <= number <= UINT64_MAX:
+                    return None
     return [to_incoming(item) for item in batch.messages]
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import MessageIn, ProduceRequest
 from app.api.wire import WireBatch, WireMessage, batch_of, message_of, messages_of, ndjson_line
-from app.codec import BodyEncodingError, decode_body, encode_body
+from app.codec import BodyEncodingError, IncomingMessage, decode_body, encode_body
 
 LIMITS = ("maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "maxItems", "minItems")
 
@@ -162,6 +162,38 @@ def test_a_message_keeps_every_field() -> None:
         3,
     )
     assert (message.delay_ms, message.deliver_at_ms) == (None, None)
+
+
+def test_every_field_lands_in_its_own_attribute() -> None:
+    """Each field of a message object set to a value of its own, through both decoders: no two
+    fields swapped on the way into IncomingMessage."""
+    document = {
+        "body": "aGk=",
+        "encoding": "base64",
+        "tags": "T",
+        "keys": ["k"],
+        "properties": {"p": "v"},
+        "queue_id": 2,
+        "sharding_key": "s",
+        "unique_id": "u",
+        "delay_level": 3,
+        "delay_ms": 4,
+        "deliver_at_ms": 5,
+    }
+    expected = IncomingMessage(
+        body=b"hi",
+        tags="T",
+        keys=["k"],
+        properties={"p": "v"},
+        queue_id=2,
+        sharding_key="s",
+        unique_id="u",
+        delay_level=3,
+        delay_ms=4,
+        deliver_at_ms=5,
+    )
+    assert messages_of(document) == [expected]
+    assert batch_of(msgspec.json.encode({"messages": [document]})) == [expected]
 
 
 batch_documents = st.one_of(
