@@ -375,7 +375,7 @@ class Broker:
                         if supplied is not None
                     ),
                 )
-            status = await self.acknowledge(appended)
+            status = self.acknowledge_now(appended) or await self.acknowledge(appended)
             for position, ((index, unique_id, _), result) in enumerate(zip(fresh, appended, strict=True)):
                 made: dict[str, Any] = {
                     "msg_id": result.msg_id,
@@ -411,6 +411,13 @@ class Broker:
         """Store binary batches in order, in one append, up to the first that is not plain
         (:func:`plain.produce_plain`); the answers of those stored."""
         return await plain.produce_plain(self, topic, batches, born_host)
+
+    def acknowledge_now(self, appended: Sequence[AppendResult]) -> str | None:
+        """:meth:`acknowledge` without waiting when neither the flush mode nor the replication mode
+        makes it wait (ASYNC_FLUSH, no SYNC_MASTER): SEND_OK; None when it must be awaited."""
+        if self.store.group_commit is not None:
+            return None
+        return self.ha.confirm_now(appended[-1].end_offset)  # the results are in log order
 
     async def acknowledge(self, appended: Sequence[AppendResult]) -> str:
         """The status of appended messages once they are as durable as the flush mode and the

@@ -465,13 +465,24 @@ class HaRole:
             [master] if master else [],
         )
 
+    def confirm_now(self, end_offset: int) -> str | None:
+        """:meth:`confirm` without waiting, when it would not wait (any role but a SYNC_MASTER's):
+        SEND_OK, with ``end_offset`` recorded as confirmed; None when a slave must confirm first."""
+        if self.master is not None and self.role == "SYNC_MASTER":
+            return None
+        if end_offset > self.confirmed_offset:
+            self.confirmed_offset = end_offset
+        return SEND_OK
+
     async def confirm(self, end_offset: int) -> str:
         """The status of a produce whose messages end at ``end_offset``: under SYNC_MASTER, SEND_OK
         once an in-sync slave holds them. The offset SEND_OK answers covered is reported to the
         registry, which promotes only a slave that holds it."""
-        status = SEND_OK
-        if self.master is not None and self.role == "SYNC_MASTER":
-            status = await self.master.wait_for_slave(end_offset)
+        status = self.confirm_now(end_offset)
+        if status is not None:
+            return status
+        assert self.master is not None
+        status = await self.master.wait_for_slave(end_offset)
         if status == SEND_OK:
             self.confirmed_offset = max(self.confirmed_offset, end_offset)
         return status

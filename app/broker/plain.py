@@ -50,6 +50,8 @@ class Broker(Protocol):
     metrics: BrokerMetrics
     ha: HaRole
 
+    def acknowledge_now(self, appended: Sequence[AppendResult]) -> str | None: ...
+
     async def acknowledge(self, appended: Sequence[AppendResult]) -> str: ...
 
 
@@ -168,7 +170,7 @@ async def produce_encoded(
         await asyncio.sleep(0)
     if supplied and window is not None:
         window.put_records(topic, records, appended)  # before the group commit, as in produce_general
-    status = await broker.acknowledge(appended)
+    status = broker.acknowledge_now(appended) or await broker.acknowledge(appended)
     answers = compiled.plain_answers(records, appended, status)
     stored, start = [], 0
     for size in sizes:

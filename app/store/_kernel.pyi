@@ -52,6 +52,20 @@ def write_records(
     results: list[object],
     runs: dict[tuple[str, int], tuple[int, bytearray]],
 ) -> tuple[int, int]: ...
+def write_single(
+    mm: object,
+    position: int,
+    base: int,
+    data: bytes,
+    now: int,
+    queue_offset: int,
+    cq: object,
+    cq_position: int,
+    tags_code: int,
+    topic: str,
+    queue_id: int,
+    store_host: bytes,
+) -> Any: ...
 def plain_answers(records: object, appended: object, status: str) -> list[dict[str, object]]: ...
 
 class DigestTable:

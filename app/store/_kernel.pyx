@@ -17,7 +17,8 @@ namespace ``app.store.kernel.compiled`` is (the names in _kernel.pyi). Their Pyt
   app.store.record.check_record and record_is, app.codec.message_json, messages_json and
   decode_records).
 - _kernel_log.pyx: runs of records in a CommitLog segment (app.store.commit_log.write_records and
-  collect_records).
+  collect_records) and one message's record with its ConsumeQueue entry
+  (app.store.single_append.write_single).
 - _kernel_index.pyx: the IndexFile's entries (app.store.index_file.IndexFile.index_messages, key_hash).
 - _kernel_produce.pyx: the produce path's batches (app.broker.plain, app.broker.idempotency's
   BucketTable, app.codec.encode_batch for app.client.aio_producer).
@@ -27,7 +28,7 @@ namespace ``app.store.kernel.compiled`` is (the names in _kernel.pyi). Their Pyt
 
 from app.store._kernel_columns import record_columns
 from app.store._kernel_index import index_key_hash, index_messages
-from app.store._kernel_log import bind_schedule, bind_writer, collect_records, write_records
+from app.store._kernel_log import bind_schedule, bind_writer, collect_records, write_records, write_single
 from app.store._kernel_mapped import populate
 from app.store._kernel_produce import (
     INT64_HIGH,

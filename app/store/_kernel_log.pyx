@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Runs of records in a CommitLog segment, compiled. Twins: ``app.store.commit_log.python_write_records``
 (a batch's records copied into the segment and patched, their ConsumeQueue entries packed per
-queue) and ``app.store.commit_log.python_collect_records`` (a pull's records within one segment,
+queue), ``app.store.single_append.python_write_single`` (one message's record and its ConsumeQueue
+entry, in one call) and ``app.store.commit_log.python_collect_records`` (a pull's records within one segment,
 each checked against its ConsumeQueue entry).
 """
 
@@ -142,6 +143,57 @@ def write_records(
     finally:
         PyBuffer_Release(&view)
     return count, position
+
+
+# ---------------------------------------------------------------------------------------------
+# One message's record and ConsumeQueue entry (app.store.single_append.python_write_single).
+
+def write_single(
+    mm,
+    Py_ssize_t position,
+    int64_t base,
+    bytes data,
+    int64_t now,
+    int64_t queue_offset,
+    cq,
+    Py_ssize_t cq_position,
+    int64_t tags_code,
+    topic,
+    queue_id,
+    bytes store_host,
+):
+    """The twin, in C: copy one record into the segment mapped as ``mm`` at ``position``, patch
+    its store timestamp and offsets (last), then write its ConsumeQueue entry into ``cq`` at
+    ``cq_position``; returns its AppendResult."""
+    cdef Py_buffer log_view, queue_view
+    cdef Py_ssize_t size = len(data)
+    cdef int64_t physical_offset = base + position
+    cdef char* out
+    PyObject_GetBuffer(mm, &log_view, PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(cq, &queue_view, PyBUF_WRITABLE)
+        try:
+            if position < 0 or position + size > log_view.len:
+                raise ValueError("the record does not fit the mapping")
+            if cq_position < 0 or cq_position + CQ_UNIT_SIZE > queue_view.len:
+                raise ValueError("the entry does not fit the queue's mapping")
+            out = <char*>log_view.buf + position
+            memcpy(out, PyBytes_AS_STRING(data), size)
+            write_i64(out + POS_STORETIMESTAMP, now)
+            # Written last: a record whose offsets are still placeholders is not valid.
+            write_i64(out + POS_QUEUEOFFSET, queue_offset)
+            write_i64(out + POS_PHYSICALOFFSET, physical_offset)
+            out = <char*>queue_view.buf + cq_position
+            write_i64(out, physical_offset)
+            write_i32(out + 8, <int32_t>size)
+            write_i64(out + 12, tags_code)
+        finally:
+            PyBuffer_Release(&queue_view)
+    finally:
+        PyBuffer_Release(&log_view)
+    return tuple.__new__(
+        _AppendResult, (_PUT_OK, topic, queue_id, queue_offset, physical_offset, size, now, store_host)
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -125,6 +125,11 @@ def python_write_records(
     return len(records), position
 
 
+def store_time_ms() -> int:
+    """The store timestamp a record written now gets: the one clock of every append path."""
+    return int(time.time() * 1000)
+
+
 # The compiled kernel's loop when it is loaded (app.store.kernel), else its twin.
 write_records = python_write_records
 if compiled is not None:
@@ -325,7 +330,7 @@ class CommitLog:
             last = self.files.last_file
             if last is None or last.wrote_position + total_size + BLANK_MIN_SIZE > last.allocated:
                 self._reserve(last, records, total_size)
-            now = int(time.time() * 1000)
+            now = store_time_ms()
             mapped = self.files.writable_file()
             written = 0
             while True:

@@ -362,6 +362,10 @@ class DirtyQueues:
         self._queues: set[MappedFileQueue] = set()
 
     def mark(self, files: MappedFileQueue) -> None:
+        if files in self._queues:
+            # Marked already (a queue written again before the flush took it): the flush that takes
+            # this set flushes the queue after this write, so no lock is needed to leave it.
+            return
         with self._lock:
             self._queues.add(files)
 

@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 # once (a query wakes the thread and waits, see IndexService.wait_indexed).
 POLL_INTERVAL_S = 0.01
 REBUILD_CHUNK = 1024
+# Small batches that queued one behind the other are indexed together, up to about this many records.
+MERGE_RECORDS = 1024
 RETRY_ALLOCATE_S = 1.0
 
 Batch = tuple[Sequence[EncodedRecord], list[AppendResult]]
@@ -278,11 +280,20 @@ class IndexService(ServiceThread):
                     pending.clear()
             while pending:
                 records, results = pending.popleft()
+                count = 1
+                if pending and len(records) < MERGE_RECORDS:
+                    # Single appends queue a record each: what queued behind it goes in one call.
+                    records, results = list(records), list(results)
+                    while pending and len(records) < MERGE_RECORDS:
+                        more_records, more_results = pending.popleft()
+                        records += more_records
+                        results += more_results
+                        count += 1
                 drained = True
                 try:
                     self.index(records, results)
                 finally:
-                    self._done += 1  # even a batch that failed is done: waiters must not hang
+                    self._done += count  # even a batch that failed is done: waiters must not hang
         finally:
             if drained:
                 with self._done_changed:

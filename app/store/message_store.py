@@ -63,6 +63,7 @@ from app.store.record_format import EncodedRecord, Limits, Message, encode_host,
 from app.store.recovery import RecoveryReport, recover
 from app.store.results import AppendResult, GetMessageResult
 from app.store.retention import CleanReport, CleanService
+from app.store.single_append import SingleAppend
 from app.store.store_services import StoreServices
 from app.store.topic_deletions import TopicDeletions
 from app.store.writer import ArrivalListener, MessageWriter
@@ -159,7 +160,13 @@ class MessageStore:
             self.consumer_offsets,
         )
         self.writer = MessageWriter(
-            self.commitlog, self.queues, self.disk_guard, self.limits, self.services, dispatchers
+            self.commitlog,
+            self.queues,
+            self.disk_guard,
+            self.limits,
+            self.services,
+            dispatchers,
+            SingleAppend(self.commitlog, self.dispatcher),
         )
         self.is_open = False
 

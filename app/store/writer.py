@@ -1,6 +1,7 @@
 """MessageWriter: the write path. It validates and encodes a batch outside the lock, appends it
 through the CommitLog (whose dispatch fills the ConsumeQueues under the lock), tells the arrival
-listeners, and waits for the group commit when the flush mode asks for it."""
+listeners, and waits for the group commit when the flush mode asks for it. A single message takes
+the shorter path of :mod:`app.store.single_append` when it can: the same bytes, fewer steps."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from app.store.mapped_file import MappedFile
 from app.store.queue_table import QueueTable
 from app.store.record_format import EncodedRecord, Limits, Message, encode_record
 from app.store.results import AppendResult, PutStatus
+from app.store.single_append import SingleAppend
 from app.store.store_services import StoreServices
 
 # (topic, queue_id, next queue offset, tags_code): called after every append, outside the lock.
@@ -35,8 +37,11 @@ class MessageWriter:
         limits: Limits,
         services: StoreServices,
         dispatchers: Sequence[ArrivalListener],
+        single: SingleAppend | None = None,
     ) -> None:
+        """``single`` takes single messages by the shorter path (None: every one as a batch)."""
         self.commitlog = commitlog
+        self.single = single
         self.queues = queues
         self.disk_guard = disk_guard
         self.limits = limits
@@ -49,6 +54,8 @@ class MessageWriter:
         Either every message is valid and all are stored, or a MessageRejectedError names the
         first bad one and nothing is stored.
         """
+        if len(messages) == 1 and self.single is not None:
+            return self._append_one(messages[0])
         self.disk_guard.check_writable()
         now = int(time.time() * 1000)
         host, limits = self.commitlog.store_host, self.limits
@@ -76,7 +83,34 @@ class MessageWriter:
         store's limits): ``total_size`` their bytes, ``entries`` the ConsumeQueue entries they add
         per queue. No waiting for the disk."""
         self.disk_guard.check_writable()
+        if len(records) == 1 and self.single is not None:
+            return self._append_single(records[0], entries)
         return self._append_encoded(records, total_size, entries)
+
+    def _append_one(self, message: Message) -> list[AppendResult]:
+        """:meth:`append` of one message."""
+        self.disk_guard.check_writable()
+        if not 0 <= message.queue_id < MAX_QUEUE_ID:
+            raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
+        record = encode_record(message, self.commitlog.store_host, int(time.time() * 1000), self.limits)
+        self.commitlog.check_fits(len(record.data))
+        return self._append_single(record, None)
+
+    def _append_single(
+        self, record: EncodedRecord, entries: dict[tuple[str, int], int] | None
+    ) -> list[AppendResult]:
+        """Append one record by :class:`SingleAppend`, or as a batch of one when it must (``entries``:
+        its ConsumeQueue entry, None to derive it)."""
+        assert self.single is not None
+        result = self.single.append(record)
+        if result is None:
+            if entries is None:
+                skips = skips_consume_queue(record.sysflag)
+                entries = {} if skips else {(record.topic, record.queue_id): 1}
+            return self._append_encoded([record], len(record.data), entries)
+        for listener in self.dispatchers:
+            listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
+        return [result]
 
     def _append_encoded(
         self, records: Sequence[EncodedRecord], total_size: int, entries: dict[tuple[str, int], int]

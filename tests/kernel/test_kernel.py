@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from app import codec
 from app.broker import idempotency, plain
 from app.client import OutgoingMessage, aio_producer
-from app.store import commit_log, kernel, record_format
+from app.store import commit_log, kernel, record_format, single_append
 from app.store import record as record_module
+from app.store.consume_queue import UNIT
 from app.store.index_file import IndexFile
 from app.store.index_service import Placed
 from app.store.record_format import (
@@ -549,6 +550,67 @@ def test_write_records_matches_its_python_twin(
         ends.append((written, bytes(mm), queue_offsets, results, runs))
         mm.close()
     assert ends[0] == ends[1]
+
+
+@needs_extension
+@settings(max_examples=500, deadline=None)
+@given(
+    appended_batches(),
+    st.integers(0, 8192),
+    st.integers(0, 2**40),
+    st.integers(0, 4096),
+    st.integers(-(2**63), 2**63 - 1),
+)
+def test_write_single_matches_its_python_twin(
+    records: list[EncodedRecord], position: int, queue_offset: int, cq_position: int, tags_code: int
+) -> None:
+    """The same record bytes and ConsumeQueue entry, the same AppendResult; the same ValueError,
+    with nothing written, when the record or the entry does not fit its mapping."""
+    record = records[0]
+    ends = []
+    for write in (single_append.python_write_single, compiled.write_single):
+        mm, cq = mmap.mmap(-1, 8192), mmap.mmap(-1, 4096)
+        mm[:] = bytes(range(256)) * 32
+        cq[:] = bytes(range(256)) * 16
+        try:
+            made: object = write(
+                mm,
+                position,
+                1 << 33,
+                record.data,
+                1_700_000_000_000,
+                queue_offset,
+                cq,
+                cq_position,
+                tags_code,
+                record.topic,
+                record.queue_id,
+                HOST,
+            )
+        except ValueError as error:
+            made = str(error)
+        ends.append((made, bytes(mm), bytes(cq)))
+        mm.close()
+        cq.close()
+    assert ends[0] == ends[1]
+    made, log_bytes, queue_bytes = ends[0]
+    if isinstance(made, AppendResult):
+        size = len(record.data)
+        assert made == AppendResult(
+            PutStatus.PUT_OK,
+            record.topic,
+            record.queue_id,
+            queue_offset,
+            (1 << 33) + position,
+            size,
+            1_700_000_000_000,
+            HOST,
+        )
+        checked = record_module.check_record(log_bytes, position, (1 << 33) + position)
+        assert checked is not None and checked.queue_offset == queue_offset
+        assert UNIT.unpack_from(queue_bytes, cq_position) == ((1 << 33) + position, size, tags_code)
+    else:
+        assert log_bytes == bytes(range(256)) * 32 and queue_bytes == bytes(range(256)) * 16
 
 
 @needs_extension

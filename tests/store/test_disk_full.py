@@ -219,6 +219,28 @@ def test_a_batch_is_refused_whole_when_a_consume_queue_segment_it_needs_does_not
     assert results[0].queue_offset == 8
 
 
+def test_a_single_message_is_refused_whole_when_its_consume_queue_segment_does_not_fit(
+    open_store: Any, disk: Path
+) -> None:
+    """One message at a time takes the single path (app.store.single_append) while its segments
+    have room; the one whose entry needs a new ConsumeQueue segment is refused whole."""
+    store = open_store(commitlog_file_size=1 << 20)
+    for one in batch(0, 8):  # the queue's first segment (8 entries) is full
+        store.append([one])
+    wait_until(lambda: spare_ready(store), what="the next segment allocated ahead")
+    filler = fill(disk, leave_bytes=RESERVE_BYTES)  # the CommitLog segment has room, the disk none
+    before = state(store)
+    with pytest.raises(DiskFullError):
+        store.append(batch(8, 1))
+    assert state(store) == before
+    assert read_all(store) == [m.body for m in batch(0, 8)]
+
+    filler.unlink()
+    results = store.append(batch(9, 1))
+    assert results[0].queue_offset == 8
+    assert read_all(store) == [m.body for m in batch(0, 8) + batch(9, 1)]
+
+
 # -- the message index ----------------------------------------------------------------------------
 
 

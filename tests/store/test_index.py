@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +170,38 @@ def test_a_message_appended_just_before_a_query_is_found(store: MessageStore) ->
         store.append([message(body=f"m{i}".encode(), UNIQ_KEY=f"u{i}")])
         found = store.query_message_by_unique_id("orders", f"u{i}")
         assert found is not None and found.body == f"m{i}".encode()
+
+
+def test_batches_queued_behind_each_other_are_indexed_in_one_call(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Single appends queue one record each for the index thread: those waiting when it drains are
+    indexed together, and each still counts as indexed for a query that waits."""
+    service = store.index_service
+    assert service is not None
+    calls: list[int] = []
+    entered, release = threading.Event(), threading.Event()
+    index = service.index
+
+    def held_index(records: Any, placements: Any) -> None:
+        calls.append(len(records))
+        entered.set()
+        release.wait(10)
+        index(records, placements)
+
+    monkeypatch.setattr(service, "index", held_index)
+    store.append([keyed(0)])
+    service.wakeup()
+    assert entered.wait(10), "the index thread did not take the first batch"
+    for i in range(1, 6):
+        store.append([keyed(i)])
+    put_keyed(store, 3, start=6)
+    release.set()
+    assert service.wait_indexed()
+    assert calls == [1, 8]
+    assert sorted(bodies(store.query_message_by_key("orders", "all", max_messages=20))) == sorted(
+        f"m{i}".encode() for i in range(9)
+    )
 
 
 def test_rolled_back_transaction_messages_are_not_indexed_but_prepared_ones_are(store: MessageStore) -> None:
