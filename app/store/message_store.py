@@ -10,7 +10,7 @@ theirs:
 
 Arrival listeners (the long-polling hold service) are passed in at construction, as
 ``dispatchers``: each is called as (topic, queue id, next queue offset, tags code) after every
-append, outside the lock. A listener may in turn need the queues' max offsets, which the store
+append, outside the lock, once per queue and tags code the append stored messages of. A listener may in turn need the queues' max offsets, which the store
 answers: build a :class:`~app.store.queue_table.QueueTable` first, give the listener its
 ``max_offset`` and give the store the table with ``queues=``. The table needs nothing but the
 configuration, so neither side is patched after it is built::

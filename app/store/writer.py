@@ -19,7 +19,8 @@ from app.store.results import AppendResult, PutStatus
 from app.store.single_append import SingleAppend
 from app.store.store_services import StoreServices
 
-# (topic, queue_id, next queue offset, tags_code): called after every append, outside the lock.
+# (topic, queue_id, next queue offset, tags_code): called after every append, outside the lock, once
+# per queue and tags code the append stored messages of (the next offset after the last of them).
 ArrivalListener = Callable[[str, int, int, int], None]
 
 MAX_QUEUE_ID = 1 << 16
@@ -121,10 +122,19 @@ class MessageWriter:
         finally:
             for mapped in held:
                 mapped.release()
-        for listener in self.dispatchers:
-            for result, record in zip(results, records, strict=True):
-                listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
+        arrived: dict[tuple[str, int, int], int] = {}
+        for result, record in zip(results, records, strict=True):
+            arrived[result.topic, result.queue_id, record.tags_code] = result.queue_offset + 1
+        self._tell(arrived)
         return results
+
+    def _tell(self, arrived: dict[tuple[str, int, int], int]) -> None:
+        """Tell the arrival listeners, once per queue and tags code, the next offset after the last
+        message of that code an append stored: what a held pull learns from each of the messages
+        (another of its tags arrived; its queue moved past an offset) it learns from that one."""
+        for listener in self.dispatchers:
+            for (topic, queue_id, tags_code), next_offset in arrived.items():
+                listener(topic, queue_id, next_offset, tags_code)
 
     def append_replica(self, offset: int, data: bytes) -> list[AppendResult]:
         """Write bytes replicated from a master at ``offset`` (this CommitLog's end), dispatch their
@@ -145,10 +155,11 @@ class MessageWriter:
         finally:
             for mapped in held:
                 mapped.release()
-        for listener in self.dispatchers:
-            for result, (_, record) in zip(results, checked, strict=True):
-                if not skips_consume_queue(record.sysflag):
-                    listener(result.topic, result.queue_id, result.queue_offset + 1, record.tags_code)
+        arrived: dict[tuple[str, int, int], int] = {}
+        for result, (_, record) in zip(results, checked, strict=True):
+            if not skips_consume_queue(record.sysflag):
+                arrived[result.topic, result.queue_id, record.tags_code] = result.queue_offset + 1
+        self._tell(arrived)
         return results
 
     def _prepare_queues(self, entries: dict[tuple[str, int], int], held: list[MappedFile]) -> None:
