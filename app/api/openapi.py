@@ -261,7 +261,9 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "getReplicationMetadata": {421: "This broker is a slave: ask its master (42101)"},
     "takeSlaveOffsets": {421: "This broker is a slave: hand them to its master (42101)"},
     "promoteSlave": {
-        409: "This broker is the master already, or another broker of its name was promoted first (40940)",
+        409: "This broker is the master already, or another broker of its name was promoted first "
+        "(40940); its master is alive and `force` is not true (40941, with `master_url` and "
+        "`lease_ends_in_ms`)",
         503: "The route registry, which records the epoch, cannot be reached (50303)",
     },
     "getHealth": {},
