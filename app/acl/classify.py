@@ -312,6 +312,7 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/v1/topics/{topic}/route", _on_topic(Action.ANY), "PUB or SUB on the topic"),
     Rule("GET", "/v1/topics/{topic}", _on_topic(Action.ANY), "PUB or SUB on the topic"),
     Rule("DELETE", "/v1/topics/{topic}", Need.admin("deleting a topic"), "admin"),
+    Rule("PUT", "/v1/topics/{topic}", Need.admin("changing a topic's queues or permission"), "admin"),
     Rule("POST", "/v1/topics", Need.admin("creating topics"), "admin"),
     Rule("GET", "/v1/topics", ACCOUNT, "any account"),
     Rule("GET", "/v1/messages/{msg_id}", message_by_id, "SUB on the message's topic"),

@@ -40,6 +40,7 @@ OPERATION_IDS: dict[str, str] = {
     "list_topics": "listTopics",
     "get_topic": "getTopic",
     "delete_topic": "deleteTopic",
+    "update_topic": "updateTopic",
     "list_queues": "listQueues",
     "search_offset": "searchOffset",
     "topic_route": "getTopicRoute",
@@ -162,6 +163,12 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "listTopics": {400: "A bad `limit` (40012) or `cursor` (40013)"},
     "getTopic": {**_TOPIC},
     "deleteTopic": {**_TOPIC},
+    "updateTopic": {
+        400: "Read queues fewer than write queues, or queues given with read_queues or write_queues "
+        "(40012); a group's %RETRY% or %DLQ% topic or an internal topic (40005)",
+        **_TOPIC,
+        503: "The route registry, which takes the change, cannot be reached (50303)",
+    },
     "listQueues": {**_TOPIC},
     "searchOffset": {**_QUEUE},
     "getTopicRoute": {404: "No broker serves the topic (40402)"},

@@ -178,7 +178,8 @@ def test_creating_and_deleting_topics_needs_an_admin(broker: BrokerProcess, as_a
         assert as_admin.get("/v1/topics/made-by-rw").status_code == 404
         assert as_admin.post("/v1/topics", json={"name": "made-by-admin"}).status_code == 201
         assert_refused(read_write.delete("/v1/topics/made-by-admin"), 403)
-        assert as_admin.get("/v1/topics/made-by-admin").status_code == 200
+        assert_refused(read_write.put("/v1/topics/made-by-admin", json={"perm": 4}), 403)
+        assert as_admin.get("/v1/topics/made-by-admin").json()["perm"] == 6
     assert as_admin.delete("/v1/topics/made-by-admin").status_code == 204
 
 

@@ -28,6 +28,7 @@ OPERATION_IDS = {
     ("get", "/v1/topics"): "listTopics",
     ("get", "/v1/topics/{topic}"): "getTopic",
     ("delete", "/v1/topics/{topic}"): "deleteTopic",
+    ("put", "/v1/topics/{topic}"): "updateTopic",
     ("get", "/v1/topics/{topic}/queues"): "listQueues",
     ("get", "/v1/topics/{topic}/queues/{queue_id}/offset"): "searchOffset",
     ("get", "/v1/messages/{msg_id}"): "getMessage",

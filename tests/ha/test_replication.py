@@ -178,9 +178,18 @@ def test_topics_follow_the_master_and_a_slave_refuses_to_change_them(
     copied = wait_until(lambda: topic_config(slave, "later"), what="the new topic to reach the slave")
     assert copied == topic_config(master, "later")
 
+    changed = httpx.put(
+        f"{master.url}/v1/topics/later", json={"read_queues": 5, "write_queues": 2, "perm": 4}
+    )
+    assert changed.status_code == 200, changed.text
+    wait_until(
+        lambda: topic_config(slave, "later") == changed.json(), what="the topic's change to reach the slave"
+    )
+
     refused_create = httpx.post(f"{slave.url}/v1/topics", json={"name": "mine", "queues": 1})
     refused_delete = httpx.delete(f"{slave.url}/v1/topics/later")
-    for refused in (refused_create, refused_delete):
+    refused_change = httpx.put(f"{slave.url}/v1/topics/later", json={"queues": 1})
+    for refused in (refused_create, refused_delete, refused_change):
         assert (refused.status_code, refused.json()["error_code"]) == (421, 42101), refused.text
         assert refused.headers["location"] == master.url
     assert topic_config(slave, "mine") is None and topic_config(slave, "later") is not None
