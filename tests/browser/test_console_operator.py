@@ -276,6 +276,49 @@ def test_a_push_subscription_shows_its_errors_and_is_paused_and_resumed(
     client.delete(f"/v1/groups/{group}/push")
 
 
+@pytest.mark.parametrize("size", VIEWPORTS)
+def test_a_topics_queues_and_permission_are_changed_from_its_row(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client, size: tuple[int, int]
+) -> None:
+    topic = f"ops-change-{size[0]}"
+    make_topic(client, topic, 4)
+    produce(client, topic, {"body": "in queue 3", "queue_id": 3})
+    page = open_console(pages, broker, size)
+    row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+    assert_reachable(page, row.locator("button.change-topic"))
+    row.locator("button.change-topic").click()
+    expect(page.locator("#change-topic-name")).to_have_value(topic)
+    expect(page.locator("#change-topic-write")).to_have_value("4")
+    assert_reachable(page, page.locator("#change-topic"))
+
+    # The broker's refusal, in its words: read queues may not go under the write queues.
+    page.fill("#change-topic-read", "2")
+    page.click("#change-topic")
+    result = page.locator("#change-topic-result")
+    expect(result).to_contain_text("refused: 40012: read queues (2) may not be fewer than write queues (4)")
+    assert client.get(f"/v1/topics/{topic}").json()["read_queues"] == 4
+
+    page.fill("#change-topic-read", "4")
+    page.fill("#change-topic-write", "2")
+    page.select_option("#change-topic-perm", "4")
+    page.click("#change-topic")
+    expect(result).to_have_text(f"changed {topic}: 4 read / 2 write queues, perm 4")
+    assert client.get(f"/v1/topics/{topic}").json() == {
+        "name": topic,
+        "read_queues": 4,
+        "write_queues": 2,
+        "perm": 4,
+        "order": False,
+    }
+    expect(row.locator("td").nth(1)).to_have_text("4 / 2")
+    expect(row.locator("td").nth(2)).to_have_text("4")
+    refused = client.post(f"/v1/topics/{topic}/messages", json={"body": "to a read-only topic"})
+    assert refused.status_code == 409, refused.text
+    assert bodies(client, topic, 3) == ["in queue 3"]  # the dropped write queue is still read
+    assert_no_horizontal_overflow(page)
+    shoot(page, "topics-changed", "topics")
+
+
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     master = BrokerProcess(tmp_path / "master").start()
@@ -333,15 +376,43 @@ def test_the_cluster_page_shows_a_slaves_lag_and_a_refused_promotion(
     on_slave = open_console(pages, slave)
     expect(on_slave.locator("#ha-role")).to_have_text("SLAVE")
     expect(on_slave.locator("#ha-master")).to_contain_text(f"slave of {master.url} (connected)")
+    expect(on_slave.locator("#ha-master")).to_contain_text("its master is alive (connected)")
+
+    # The slave's master is alive: the broker refuses the promotion, and the page offers to force it.
+    expect(on_slave.locator("#promote-force")).to_be_hidden()
+    on_slave.click("#promote")
+    on_slave.click("#promote")
+    result = on_slave.locator("#promote-result")
+    expect(result).to_contain_text(f"refused: 40941: the master {master.url} of ")
+    expect(result).to_contain_text("is alive: this slave is connected to it")
+    assert httpx.get(f"{slave.url}/v1/admin/ha").json()["role"] == "SLAVE"
+    shoot(on_slave, "clusters-slave-promotion-refused", "clusters")
+    force = on_slave.locator("#promote-force")
+    assert_reachable(on_slave, force)
+    force.click()
+    expect(force).to_have_text("Yes, force it: the live master is fenced and steps down")
+    force.press("Escape")
+    expect(result).to_have_text("promotion cancelled")
+    assert httpx.get(f"{slave.url}/v1/admin/ha").json()["role"] == "SLAVE"
+    force.click()
+    force.click()
+    expect(result).to_contain_text("promoted: ASYNC_MASTER in epoch ")
+    promoted = httpx.get(f"{slave.url}/v1/admin/ha").json()
+    assert promoted["role"] == "ASYNC_MASTER"
+    expect(result).to_have_text(f"promoted: ASYNC_MASTER in epoch {promoted['epoch']}")
+    expect(on_slave.locator("#ha-role")).to_have_text("ASYNC_MASTER")
+    expect(force).to_be_hidden()
 
 
-def shoot(page: Any, name: str) -> Path:
-    """A picture of the window's width of ``name``, or of one view (``#name``) when it is one."""
+def shoot(page: Any, name: str, view: str | None = None) -> Path:
+    """A picture of the window's width of ``name``, or of one view (``#name``, or ``#view``) when it
+    is one."""
     width = page.viewport_size["width"]
     SHOTS_DIR.mkdir(parents=True, exist_ok=True)
     path = SHOTS_DIR / f"{name}-{width}.png"
-    if name in VIEWS:
-        page.locator(f"#{name}").screenshot(path=str(path))
+    view = view or (name if name in VIEWS else None)
+    if view is not None:
+        page.locator(f"#{view}").screenshot(path=str(path))
     else:
         page.screenshot(path=str(path), full_page=True)
     return path

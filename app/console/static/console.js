@@ -4,10 +4,11 @@ import { ApiError, api, clearCredentials, credentials, on, saveCredentials, tail
 import { drawRates } from "./chart.js";
 import { cell, el, formatTime, messageHead, messageRow, messageTable, setBodyFormat } from "./messages.js";
 import {
-  access, applyAccess, cancelPromote, closeGroup, currentGroup, loadAccess, moreDeadLetters, promoteClicked,
+  access, applyAccess, cancelPromote, closeGroup, forceClicked, currentGroup, loadAccess, moreDeadLetters, promoteClicked,
   refreshGroup, renderDelays, renderReplication, renderTransactions, resendAll, runningMembers, showDeadLetters,
   showGroup,
 } from "./operator.js";
+import { changeTopic, fillTopicChange } from "./topic_change.js";
 
 const REFRESH_MS = 2000;
 const RATE_WINDOW_MS = 120_000;
@@ -202,7 +203,8 @@ function turnPage(name, forward) {
 // The topic whose delete waits for a second click; it survives the table's redraws.
 let confirmingDelete = null;
 
-function topicActions(name) {
+function topicActions(topic) {
+  const name = topic.name;
   if (confirmingDelete === name) {
     // The name typed again, as the broker cannot take a delete back.
     const typed = el("input", { className: "confirm-name", "aria-label": `type ${name} to confirm`, placeholder: name, autocomplete: "off" });
@@ -228,13 +230,15 @@ function topicActions(name) {
     ]);
   }
   const browse = el("button", { type: "button", className: "browse", text: "Messages" });
+  const change = el("button", { type: "button", className: "change-topic admin-only", text: "Change" });
   const remove = el("button", { type: "button", className: "danger delete-topic admin-only", text: "Delete" });
   browse.addEventListener("click", () => browseTopic(name));
+  change.addEventListener("click", () => fillTopicChange(topic));
   remove.addEventListener("click", () => {
     confirmingDelete = name;
     refresh();
   });
-  return el("div", { className: "actions" }, [browse, remove]);
+  return el("div", { className: "actions" }, [browse, change, remove]);
 }
 
 function groupActions(group, topic) {
@@ -263,7 +267,7 @@ function renderTopics(page) {
     cell("messages", topic.messages === null ? "-" : formatNumber(topic.messages)),
     cell("queues", topic.queues.map((queue) =>
       el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}` }))),
-    cell("actions", topicActions(topic.name)),
+    cell("actions", topicActions(topic)),
   ]), searches.topics ? `no topic name contains ${searches.topics}` : "no topic yet");
   paging.topics.next = page.next_cursor ?? null;
   showPage("topics", page.total, page.topics.length);
@@ -738,6 +742,7 @@ $("#notice-close").addEventListener("click", () => {
   $("#notice-list").replaceChildren();
 });
 $("#create-topic-form").addEventListener("submit", createTopic);
+$("#change-topic-form").addEventListener("submit", (event) => changeTopic(event, refresh));
 $("#browse-form").addEventListener("submit", browse);
 $("#reset-to").addEventListener("change", updateResetFields);
 $("#reset-form").addEventListener("submit", resetOffsets);
@@ -770,9 +775,12 @@ $("#tx-form").addEventListener("submit", (event) => {
   renderTransactions();
 });
 $("#promote").addEventListener("click", promoteClicked);
-$("#promote").addEventListener("keydown", (event) => {
-  if (event.key === "Escape") cancelPromote();
-});
+$("#promote-force").addEventListener("click", forceClicked);
+for (const id of ["#promote", "#promote-force"]) {
+  $(id).addEventListener("keydown", (event) => {
+    if (event.key === "Escape") cancelPromote();
+  });
+}
 $("#body-format").addEventListener("change", () => {
   setBodyFormat($("#body-format").value);
   if ($("#browse-topic").value.trim()) browse();

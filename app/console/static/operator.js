@@ -324,7 +324,13 @@ export async function renderDelays() {
 
 // -- replication and disk ----------------------------------------------------------------------
 
-let confirmingPromote = false;
+function masterLease(ha) {
+  if (!ha.master_alive) return "its master is not alive: a promotion goes through";
+  if (ha.master_lease_left_ms === null || ha.master_lease_left_ms === undefined) {
+    return "its master is alive (connected): a promotion is refused unless forced";
+  }
+  return `its master is alive (lease ends in ${formatAge(ha.master_lease_left_ms)} unless renewed): a promotion is refused unless forced`;
+}
 
 export async function renderReplication() {
   const note = $("#ha-note");
@@ -346,7 +352,7 @@ export async function renderReplication() {
     $("#disk-writable").classList.toggle("error", !disk.writable);
     $("#disk-used").title = `writes are refused above ${disk.refuse_writes_percent} % and accepted again at ${disk.accept_writes_percent} %`;
     $("#ha-master").textContent = ha.role === "SLAVE"
-      ? `slave of ${ha.master_url} (${ha.connected ? "connected" : "not connected"}), broker ${ha.broker_name} id ${ha.broker_id}`
+      ? `slave of ${ha.master_url} (${ha.connected ? "connected" : "not connected"}), broker ${ha.broker_name} id ${ha.broker_id}; ${masterLease(ha)}`
       : `master of ${ha.broker_name} (id ${ha.broker_id}); writes refused above ${disk.refuse_writes_percent} % disk use`;
     rows($("#slaves-table tbody"), ha.slaves.map((slave) => el("tr", { "data-slave": String(slave.broker_id) }, [
       cell("slave", slave.url),
@@ -361,33 +367,55 @@ export async function renderReplication() {
   }
 }
 
+const PROMOTE_TEXT = "Promote this broker to master";
+const FORCE_TEXT = "Force the promotion while the master is alive";
+const MASTER_ALIVE = 40941;
+const confirming = { promote: false, force: false };
+
+/** Promote asks to be pressed twice; a promotion refused because the master is alive offers a
+ * forced one, which asks to be pressed twice again. */
 export function promoteClicked() {
-  const button = $("#promote");
-  const out = $("#promote-result");
-  if (!confirmingPromote) {
-    confirmingPromote = true;
-    button.textContent = "Yes, promote: make this broker the master";
-    say(out, "A promotion starts a new epoch; the old master's writes after it are cut. Press again to promote, Escape to cancel.");
+  if (!confirming.promote) {
+    confirming.promote = true;
+    $("#promote").textContent = "Yes, promote: make this broker the master";
+    say($("#promote-result"), "A promotion starts a new epoch; the old master's writes after it are cut. Press again to promote, Escape to cancel.");
     return;
   }
-  confirmingPromote = false;
-  button.textContent = "Promote this broker to master";
-  promote();
+  confirming.promote = false;
+  $("#promote").textContent = PROMOTE_TEXT;
+  promote(false);
+}
+
+export function forceClicked() {
+  if (!confirming.force) {
+    confirming.force = true;
+    $("#promote-force").textContent = "Yes, force it: the live master is fenced and steps down";
+    say($("#promote-result"), "A forced promotion does not wait for the master's lease: what the master takes until it sees the new epoch is cut. Press again to force, Escape to cancel.");
+    return;
+  }
+  confirming.force = false;
+  $("#promote-force").textContent = FORCE_TEXT;
+  promote(true);
 }
 
 export function cancelPromote() {
-  if (!confirmingPromote) return;
-  confirmingPromote = false;
-  $("#promote").textContent = "Promote this broker to master";
+  if (!confirming.promote && !confirming.force) return;
+  confirming.promote = confirming.force = false;
+  $("#promote").textContent = PROMOTE_TEXT;
+  $("#promote-force").textContent = FORCE_TEXT;
   say($("#promote-result"), "promotion cancelled");
 }
 
-async function promote() {
+async function promote(force) {
   const out = $("#promote-result");
+  const forceButton = $("#promote-force");
   try {
-    const ha = await api("promote this broker", (client) => client.request("post", "/v1/admin/ha/promote"));
+    const query = force ? { force: "true" } : undefined;
+    const ha = await api("promote this broker", (client) => client.request("post", "/v1/admin/ha/promote", { query }));
+    forceButton.hidden = true;
     say(out, `promoted: ${ha.role} in epoch ${ha.epoch}`);
   } catch (error) {
+    forceButton.hidden = error.body?.error_code !== MASTER_ALIVE;
     say(out, `refused: ${error.message}`, true);
   }
   renderReplication();
