@@ -333,6 +333,7 @@ RULES: tuple[Rule, ...] = (
     Rule("DELETE", "/v1/groups/{group}/push", on_group, "SUB on the group"),
     Rule("GET", "/v1/push", Need.admin("listing every group's push subscriptions"), "admin"),
     Rule("POST", "/v1/groups/{group}/dlq/resend", Need.admin("resending dead letters"), "admin"),
+    Rule("POST", "/v1/groups/{group}/dlq/skip", Need.admin("skipping dead letters"), "admin"),
     Rule(
         "POST", "/v1/groups/{group}/topics/{topic}/pop", on_group_topic, "SUB on the group and on the topic"
     ),

@@ -16,6 +16,7 @@ from app.api import (
     admin,
     cluster,
     consumers,
+    dead_letters,
     events,
     groups,
     ha,
@@ -187,6 +188,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(cluster.router)
     app.include_router(groups.router)
     app.include_router(consumers.router)
+    app.include_router(dead_letters.router)
     app.include_router(locks.router)
     app.include_router(pop.router)
     app.include_router(transactions.router)

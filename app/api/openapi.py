@@ -41,6 +41,7 @@ OPERATION_IDS: dict[str, str] = {
     "get_topic": "getTopic",
     "delete_topic": "deleteTopic",
     "update_topic": "updateTopic",
+    "skip_dead_letters": "skipDeadLetters",
     "list_queues": "listQueues",
     "search_offset": "searchOffset",
     "topic_route": "getTopicRoute",
@@ -222,6 +223,7 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         409: "The original topic does not accept messages (40902)",
         421: None,
     },
+    "skipDeadLetters": {400: 'Neither "through_offset" nor "all": true, or both (40001)'},
     "retryMessage": {
         400: "Neither msg_id nor topic, queue_id and offset, or both (40001)",
         404: "No such message here (40404), topic (40402) or queue (40403)",

@@ -188,6 +188,7 @@ def test_admin_routes_and_the_console_view_need_an_admin(
 ) -> None:
     with client_for(broker, READ_WRITE) as read_write:
         assert_refused(read_write.post("/v1/admin/clean"), 403)
+        assert_refused(read_write.post("/v1/groups/billing/dlq/skip", json={"all": True}), 403)
         assert_refused(read_write.get("/console/api/overview"), 403)
     assert as_admin.post("/v1/admin/clean").status_code == 200
     assert as_admin.get("/console/api/overview").status_code == 200

@@ -46,6 +46,7 @@ OPERATION_IDS = {
     ("post", "/v1/groups/{group}/retry"): "retryMessage",
     ("get", "/v1/groups/{group}/dlq"): "listDeadLetters",
     ("post", "/v1/groups/{group}/dlq/resend"): "resendDeadLetters",
+    ("post", "/v1/groups/{group}/dlq/skip"): "skipDeadLetters",
     ("get", "/v1/groups/{group}/offsets"): "getOffsets",
     ("post", "/v1/groups/{group}/topics/{topic}/pop"): "popMessages",
     ("post", "/v1/groups/{group}/topics/{topic}/ack"): "ackMessages",

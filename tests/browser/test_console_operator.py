@@ -200,6 +200,54 @@ def test_a_dead_letter_is_resent_and_consumed(
     assert messages[0]["msg_id"] != poison["msg_id"]
 
 
+@pytest.mark.parametrize("size", VIEWPORTS)
+def test_dead_letters_are_skipped_through_one_then_all_after_a_confirmation(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client, size: tuple[int, int]
+) -> None:
+    topic, group = f"ops-skip-{size[0]}", f"ops-skip-group-{size[0]}"
+    make_topic(client, topic, 1)
+    produce(client, topic, *[{"body": f"poison-{n}"} for n in range(4)])
+    assert client.put(f"/v1/groups/{group}/config", json={"max_reconsume_times": 0}).status_code == 200
+    for offset in range(4):
+        place = {"topic": topic, "queue_id": 0, "offset": offset}
+        assert client.post(f"/v1/groups/{group}/retry", json=place).json()["status"] == "DEAD_LETTER"
+
+    def mark() -> int:
+        return int(client.get(f"/v1/groups/{group}/dlq").json()["resent_until"])
+
+    page = open_console(pages, broker, size)
+    page.fill("#dlq-group", group)
+    page.click("#dlq-show")
+    second = page.locator("#dlq-table tbody tr").nth(1)
+    expect(second).to_contain_text("poison-1")
+    skip = second.locator("button.skip")
+    assert_reachable(page, skip)
+    skip.click()
+    expect(skip).to_have_text("Yes, skip offsets ..1")
+    skip.press("Escape")
+    expect(skip).to_have_text("Skip through here")
+    assert mark() == 0  # one press skips nothing
+    skip.click()
+    skip.click()
+    expect(page.locator("#dlq-state")).to_have_text("skipped 2: dead letters below offset 2 are passed over")
+    assert mark() == 2
+    expect(page.locator("#dlq-table tbody tr.passed")).to_have_count(2)
+    expect(second.locator(".passed")).to_have_text("passed (resent or skipped)")
+
+    everything = page.locator("#dlq-skip-all")
+    assert_reachable(page, everything)
+    everything.click()
+    expect(everything).to_have_text("Yes, skip every dead letter")
+    everything.click()
+    expect(page.locator("#dlq-state")).to_have_text("skipped 2: dead letters below offset 4 are passed over")
+    assert mark() == 4
+    expect(page.locator("#dlq-table tbody tr.passed")).to_have_count(4)
+    # A resend of all has nothing left to send.
+    assert client.post(f"/v1/groups/{group}/dlq/resend", json={"all": True}).json()["resent"] == []
+    assert_no_horizontal_overflow(page)
+    shoot(page, "dead-letters-skipped", "dead-letters")
+
+
 def test_a_pending_transaction_is_committed_from_the_console(
     pages: Pages, broker: BrokerProcess, client: httpx.Client
 ) -> None:

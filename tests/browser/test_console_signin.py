@@ -150,6 +150,7 @@ def test_an_account_without_admin_sees_no_admin_action_and_is_refused_anyway(
     expect(page.locator("#change-topic")).to_be_hidden()
     expect(page.locator("#promote")).to_be_hidden()
     expect(page.locator("#dlq-resend-all")).to_be_hidden()
+    expect(page.locator("#dlq-skip-all")).to_be_hidden()
     expect(page.locator("#tx-table")).to_contain_text("needs an admin account")
     save_screenshot(page, "reader")
 

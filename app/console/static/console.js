@@ -4,8 +4,8 @@ import { ApiError, api, clearCredentials, credentials, on, saveCredentials, tail
 import { drawRates } from "./chart.js";
 import { cell, el, formatTime, messageHead, messageRow, messageTable, setBodyFormat } from "./messages.js";
 import {
-  access, applyAccess, cancelPromote, closeGroup, forceClicked, currentGroup, loadAccess, moreDeadLetters, promoteClicked,
-  refreshGroup, renderDelays, renderReplication, renderTransactions, resendAll, runningMembers, showDeadLetters,
+  access, applyAccess, cancelPromote, closeGroup, forceClicked, currentGroup, loadAccess, moreDeadLetters, pressTwice, promoteClicked,
+  refreshGroup, renderDelays, renderReplication, renderTransactions, resendAll, runningMembers, showDeadLetters, skipAll,
   showGroup,
 } from "./operator.js";
 import { changeTopic, fillTopicChange } from "./topic_change.js";
@@ -769,6 +769,7 @@ $("#dlq-form").addEventListener("submit", (event) => {
   showDeadLetters($("#dlq-group").value.trim());
 });
 $("#dlq-resend-all").addEventListener("click", resendAll);
+pressTwice($("#dlq-skip-all"), "Yes, skip every dead letter", skipAll);
 $("#dlq-more").addEventListener("click", moreDeadLetters);
 $("#tx-form").addEventListener("submit", (event) => {
   event.preventDefault();

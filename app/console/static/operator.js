@@ -147,7 +147,30 @@ export async function runningMembers(group) {
 
 // -- dead letters and retries ------------------------------------------------------------------
 
-let dlq = { group: null, next: 0, shown: [] };
+let dlq = { group: null, next: 0, shown: [], mark: 0 };
+
+/** `button` asks to be pressed twice: the first press shows `question`, the second does
+ * `action()`; Escape gives up. For what the broker cannot take back. */
+export function pressTwice(button, question, action) {
+  const disarm = () => {
+    if (button.dataset.armed !== "true") return;
+    button.dataset.armed = "false";
+    button.textContent = button.dataset.text;
+  };
+  button.addEventListener("click", () => {
+    if (button.dataset.armed !== "true") {
+      button.dataset.armed = "true";
+      button.dataset.text = button.textContent;
+      button.textContent = question;
+      return;
+    }
+    disarm();
+    action();
+  });
+  button.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") disarm();
+  });
+}
 export const MAX_RESEND = 1000; // the broker's cap on one resend of all (app.broker.dead_letter.MAX_RESEND)
 
 function retryTopic(group) {
@@ -157,8 +180,17 @@ function retryTopic(group) {
 function deadLetterRow(letter, group) {
   const resend = el("button", { type: "button", className: "resend admin-write", text: "Resend" });
   resend.addEventListener("click", () => resendLetters(group, [letter.msg_id]));
+  const actions = [resend];
+  const passed = letter.queue_offset < dlq.mark;
+  if (passed) {
+    actions.push(el("span", { className: "muted passed", text: "passed (resent or skipped)" }));
+  } else {
+    const skip = el("button", { type: "button", className: "skip admin-only", text: "Skip through here" });
+    pressTwice(skip, `Yes, skip offsets ..${letter.queue_offset}`, () => skipLetters(group, letter.queue_offset));
+    actions.push(skip);
+  }
   const message = letter.message;
-  return el("tr", { "data-msg-id": letter.msg_id }, [
+  return el("tr", { "data-msg-id": letter.msg_id, className: passed ? "passed" : "" }, [
     cell("offset", String(letter.queue_offset)),
     cell("original topic", letter.original_topic),
     cell("reconsume times", String(letter.reconsume_times)),
@@ -166,13 +198,13 @@ function deadLetterRow(letter, group) {
     cell("tags / keys", [message.tags || "", " ", (message.keys || []).join(" ")].join("").trim() || "-"),
     cell("body", bodyView(message), "body-cell"),
     cell("msg id", letter.msg_id, "id msg-id"),
-    cell("actions", el("div", { className: "actions" }, [resend])),
+    cell("actions", el("div", { className: "actions" }, actions)),
   ]);
 }
 
 export async function showDeadLetters(group, { more = false } = {}) {
   const state = $("#dlq-state");
-  if (!more || dlq.group !== group) dlq = { group, next: 0, shown: [] };
+  if (!more || dlq.group !== group) dlq = { group, next: 0, shown: [], mark: 0 };
   $("#dlq-group").value = group;
   try {
     const page = await api(`read the dead letters of ${group}`, (client) => client.request("get", "/v1/groups/{group}/dlq", {
@@ -181,13 +213,15 @@ export async function showDeadLetters(group, { more = false } = {}) {
     if (dlq.group !== group) return;
     dlq.shown.push(...page.dead_letters);
     dlq.next = page.next_offset;
+    dlq.mark = page.resent_until;
     rows($("#dlq-table tbody"), dlq.shown.map((letter) => deadLetterRow(letter, group)), `no dead letter in %DLQ%${group}`);
     applyAccess($("#dlq-table"));
     $("#dlq-more").hidden = page.dead_letters.length < DLQ_PAGE;
     $("#dlq-resend-all").disabled = !access.admin;
+    $("#dlq-skip-all").disabled = !access.admin;
     const cap = $("#dlq-cap");
     cap.hidden = false;
-    cap.textContent = `Dead letters below offset ${page.resent_until} were resent by an earlier "resend all". ` +
+    cap.textContent = `Dead letters below offset ${page.resent_until} were resent by an earlier "resend all" or skipped. ` +
       `One "resend all" sends at most ${formatNumber(MAX_RESEND)}; press it again for the rest.`;
     say(state, `${dlq.shown.length} dead letter${dlq.shown.length === 1 ? "" : "s"} of ${group} shown`);
   } catch (error) {
@@ -236,6 +270,27 @@ async function resendLetters(group, ids) {
   } catch (error) {
     say(state, error.message, true);
   }
+}
+
+/** Pass over the dead letters through `offset` (null: all), then show the list again. */
+async function skipLetters(group, offset) {
+  const state = $("#dlq-state");
+  const body = offset === null ? { all: true } : { through_offset: offset };
+  try {
+    const answer = await api(`skip dead letters of ${group}`, (client) => client.request("post", "/v1/groups/{group}/dlq/skip", {
+      path: { group }, body,
+    }));
+    await showDeadLetters(group);
+    say(state, answer.skipped
+      ? `skipped ${answer.skipped}: dead letters below offset ${answer.resent_until} are passed over`
+      : "nothing to skip: every dead letter was passed over already");
+  } catch (error) {
+    say(state, error.message, true);
+  }
+}
+
+export function skipAll() {
+  if (dlq.group) skipLetters(dlq.group, null);
 }
 
 export function resendAll() {
