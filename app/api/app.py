@@ -20,6 +20,7 @@ from app.api import (
     events,
     groups,
     ha,
+    inspection,
     locks,
     lookup,
     messages,
@@ -195,6 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(push.router)
     app.include_router(admin.router)
     app.include_router(operator.router)
+    app.include_router(inspection.router)
     app.include_router(ha.router)
     app.include_router(ws_router)
     install_console(app)

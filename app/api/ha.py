@@ -38,6 +38,12 @@ class SlaveOut(BaseModel):
     broker_id: int
     acked_offset: int = Field(description="CommitLog offset up to which the slave holds the log")
     lag_bytes: int = Field(description="How far the slave is behind this broker's CommitLog")
+    lag_ms: int | None = Field(
+        None,
+        description="How long ago this master stored the oldest record the slave does not hold (its "
+        "store timestamp, at the slave's acknowledged offset, against this master's clock); 0 when the "
+        "slave holds everything, null when that record is no longer stored",
+    )
     in_sync: bool = Field(description="Whether the slave is close enough to count for SYNC_MASTER")
 
 

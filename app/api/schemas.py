@@ -263,11 +263,19 @@ class QueueOffsets(BaseModel):
     min_offset: int
     max_offset: int
     last_store_timestamp: int | None
+    produce_rate_per_s: float | None = Field(
+        None,
+        description="Messages stored per second over `rate_window_s`, from the offsets sampled by "
+        "earlier requests; null on a first request",
+    )
 
 
 class QueueList(BaseModel):
     topic: str
     queues: list[QueueOffsets]
+    rate_window_s: float = Field(
+        0.0, description="The seconds the rates cover (at most 60): since the oldest sample kept; 0: none yet"
+    )
 
 
 class SearchOffsetResponse(BaseModel):

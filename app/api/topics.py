@@ -213,21 +213,28 @@ async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/{topic}/queues", response_model=QueueList, summary="Offsets of every queue of a topic")
+@router.get(
+    "/{topic}/queues",
+    response_model=QueueList,
+    summary="Offsets of every queue of a topic, and the rate messages are stored at in each",
+)
 async def list_queues(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
     config = await broker.topic(topic)
     store = broker.store
+    ends = [store.max_offset(topic, queue_id) for queue_id in range(config.queue_nums)]
+    rates, window_s = broker.queue_rates.sample(topic, ends)
     queues = []
     for queue_id in range(config.queue_nums):
         queues.append(
             {
                 "queue_id": queue_id,
                 "min_offset": store.min_offset(topic, queue_id),
-                "max_offset": store.max_offset(topic, queue_id),
+                "max_offset": ends[queue_id],
                 "last_store_timestamp": store.last_store_timestamp(topic, queue_id),
+                "produce_rate_per_s": rates[queue_id],
             }
         )
-    return {"topic": topic, "queues": queues}
+    return {"topic": topic, "queues": queues, "rate_window_s": window_s}
 
 
 @router.get(

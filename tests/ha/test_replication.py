@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def test_the_slave_holds_the_masters_commitlog_byte_for_byte(
             "broker_id": 1,
             "acked_offset": state["commitlog_max_offset"],
             "lag_bytes": 0,
+            "lag_ms": 0,
             "in_sync": True,
         }
     ]
@@ -89,6 +91,31 @@ def test_the_slave_holds_the_masters_commitlog_byte_for_byte(
     assert slave_state["role"] == "SLAVE"
     assert slave_state["master_url"] == master.url
     assert slave_state["broker_id"] == 1
+
+
+def test_a_stopped_slaves_lag_in_time_is_the_age_of_the_oldest_record_it_lacks(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    master, slave = pair
+    wait_until(lambda: ha(master)["slaves"], what="the slave to connect")
+    assert slave.process is not None
+    os.kill(slave.process.pid, signal.SIGSTOP)  # it stops acknowledging
+    try:
+        first = produce(master, ["the first it lacks"]).json()["results"][0]
+        stored_ms = httpx.get(f"{master.url}/v1/messages/{first['msg_id']}").json()["store_timestamp"]
+        produce(master, ["a later one"])
+
+        def lag() -> tuple[int, int, int]:
+            before = int(time.time() * 1000)
+            answer = ha(master)["slaves"][0]["lag_ms"]
+            return before, answer, int(time.time() * 1000)
+
+        # It grows with the time since the first message it lacks was stored, not since the last.
+        before, lag_ms, after = wait_until(lambda: (found := lag())[1] >= 1000 and found, what="the lag")
+        assert before - stored_ms <= lag_ms <= after - stored_ms
+    finally:
+        os.kill(slave.process.pid, signal.SIGCONT)
+    wait_until(lambda: ha(master)["slaves"][0]["lag_ms"] == 0, what="the slave to catch up")
 
 
 def test_a_slave_refuses_produce_naming_its_master(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
