@@ -248,6 +248,48 @@ def test_dead_letters_are_skipped_through_one_then_all_after_a_confirmation(
     shoot(page, "dead-letters-skipped", "dead-letters")
 
 
+@pytest.mark.parametrize("size", VIEWPORTS)
+def test_pop_in_flight_produce_rates_the_registry_and_the_store_files(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client, size: tuple[int, int]
+) -> None:
+    topic, group = f"ops-pop-{size[0]}", f"ops-pop-group-{size[0]}"
+    make_topic(client, topic, 2)
+    produce(client, topic, *[{"body": f"job-{n}", "queue_id": 0} for n in range(3)])
+    popped = client.post(
+        f"/v1/groups/{group}/topics/{topic}/pop",
+        json={"max_messages": 2, "invisible_ms": 600_000, "consume_from": "first"},
+    )
+    assert len(popped.json()["messages"]) == 2, popped.text
+    # An offset on the other queue puts the group in the list of groups.
+    commit = {"offsets": [{"topic": topic, "queue_id": 1, "offset": 0}]}
+    assert client.put(f"/v1/groups/{group}/offsets", json=commit).status_code == 200
+
+    page = open_console(pages, broker, size)
+    # Each queue's produce rate, once the page has looked twice (every 2 s).
+    row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+    expect(row.locator(".queue").first).to_have_text(re.compile(r"^#0: 0\.\.3, [0-9.]+/s$"), timeout=15_000)
+
+    group_row = page.locator(f'#groups-table tr[data-group="{group}"]').first
+    assert_reachable(page, group_row.locator("button.group-details"))
+    group_row.locator("button.group-details").click()
+    expect(page.locator("#group-pop-total")).to_have_text("2")
+    pop_row = page.locator(f'#group-pop tr[data-topic="{topic}"][data-queue="0"]')
+    expect(pop_row.locator("td").nth(2)).to_have_text("2")  # in flight
+    expect(pop_row.locator("td").nth(3)).to_have_text("2")  # still invisible
+    expect(pop_row.locator("td").nth(5)).to_contain_text("in 10 min")
+    shoot(page, "groups-pop-in-flight", "groups")
+
+    expect(page.locator("#registry-state")).to_have_text("sqlite, reachable")
+    expect(page.locator("#registry-heartbeat")).to_have_text(re.compile(r" ago$"))
+    files = client.get("/v1/admin/store", params={"segments": 10}).json()["commitlog"]
+    expect(page.locator("#store-summary")).to_contain_text(f"CommitLog: {files['segments']} segment")
+    newest = files["files"][-1]["name"]
+    expect(page.locator(f'#store-table tr[data-segment="{newest}"] td').first).to_have_text(newest)
+    assert_reachable(page, page.locator("#store-table"))
+    assert_no_horizontal_overflow(page)
+    shoot(page, "clusters-registry-and-store", "clusters")
+
+
 def test_a_pending_transaction_is_committed_from_the_console(
     pages: Pages, broker: BrokerProcess, client: httpx.Client
 ) -> None:
@@ -401,6 +443,10 @@ def test_the_cluster_page_shows_a_slaves_lag_and_a_refused_promotion(
             page = open_console(pages, master)
             row = page.locator('#slaves-table tr[data-slave="1"]')
             expect(row.locator("td").nth(3)).to_have_text(f"{lag:,}")
+            # The lag in time: the age of the oldest message the stopped slave lacks, in seconds.
+            expect(row.locator("td").nth(4)).to_have_text(
+                re.compile(r"^[1-9][0-9]*\.[0-9] s$"), timeout=10_000
+            )
             expect(page.locator("#ha-role")).to_have_text("ASYNC_MASTER")
             expect(page.locator("#disk-writable")).to_have_text("accepted")
 
@@ -420,6 +466,7 @@ def test_the_cluster_page_shows_a_slaves_lag_and_a_refused_promotion(
             what="the slave to catch up",
         )
         expect(row.locator("td").nth(3)).to_have_text("0", timeout=20_000)
+        expect(row.locator("td").nth(4)).to_have_text("0.0 s")
 
     on_slave = open_console(pages, slave)
     expect(on_slave.locator("#ha-role")).to_have_text("SLAVE")

@@ -9,6 +9,7 @@ import {
   showGroup,
 } from "./operator.js";
 import { changeTopic, fillTopicChange } from "./topic_change.js";
+import { formatNumber } from "./view.js";
 
 const REFRESH_MS = 2000;
 const RATE_WINDOW_MS = 120_000;
@@ -21,10 +22,6 @@ const PAGE = 100;
 const DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h";
 
 const $ = (selector) => document.querySelector(selector);
-
-function formatNumber(value) {
-  return Number(value).toLocaleString("en-US");
-}
 
 function replaceRows(tbody, rows, empty = "none yet") {
   if (rows.length) {
@@ -259,6 +256,13 @@ function groupActions(group, topic) {
   return el("div", { className: "actions" }, [details, letters, reset]);
 }
 
+/** A queue's produce rate as the broker measured it since an earlier look; nothing before that. */
+function rateText(queue) {
+  const rate = queue.produce_rate_per_s;
+  if (rate === null || rate === undefined) return "";
+  return `, ${rate >= 10 ? Math.round(rate) : rate.toFixed(1)}/s`;
+}
+
 function renderTopics(page) {
   updateRows($("#topics-table tbody"), page.topics, (topic) => topic.name, (topic) => el("tr", { "data-topic": topic.name }, [
     cell("topic", topic.name, "name"),
@@ -266,7 +270,7 @@ function renderTopics(page) {
     cell("perm", `${topic.perm}${topic.order ? ", ordered" : ""}`),
     cell("messages", topic.messages === null ? "-" : formatNumber(topic.messages)),
     cell("queues", topic.queues.map((queue) =>
-      el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}` }))),
+      el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}${rateText(queue)}` }))),
     cell("actions", topicActions(topic)),
   ]), searches.topics ? `no topic name contains ${searches.topics}` : "no topic yet");
   paging.topics.next = page.next_cursor ?? null;

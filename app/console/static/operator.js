@@ -3,36 +3,13 @@
 // the broker's HTTP API through api.js, so a script can do the same.
 import { api } from "./api.js";
 import { bodyView, cell, el, formatTime } from "./messages.js";
+import { renderMachinery, renderPopInFlight } from "./machinery.js";
+import { formatAge, formatNumber, rows, say } from "./view.js";
 
 const $ = (selector) => document.querySelector(selector);
 const DLQ_PAGE = 50;
 const RETRY_ROWS = 50;
 
-function formatNumber(value) {
-  return Number(value).toLocaleString("en-US");
-}
-
-function say(node, text, bad = false) {
-  node.textContent = text;
-  node.classList.toggle("error", bad);
-  node.classList.toggle("muted", !bad);
-}
-
-function rows(tbody, items, empty) {
-  if (items.length) {
-    tbody.replaceChildren(...items);
-    return;
-  }
-  const columns = tbody.closest("table").querySelectorAll("thead th").length;
-  tbody.replaceChildren(el("tr", { className: "empty" }, [el("td", { colspan: String(columns), className: "muted", text: empty })]));
-}
-
-export function formatAge(ms) {
-  const seconds = Math.max(0, Math.round(ms / 1000));
-  if (seconds < 120) return `${seconds} s`;
-  const minutes = Math.round(seconds / 60);
-  return minutes < 120 ? `${minutes} min` : `${Math.round(minutes / 60)} h`;
-}
 
 // -- access: what this account may do ----------------------------------------------------------
 
@@ -119,6 +96,7 @@ export async function showGroup(group, { focus = true } = {}) {
   } catch (error) {
     if (shownGroup === group) say(state, error.message, true);
   }
+  if (shownGroup === group) renderPopInFlight(group, access.admin);
 }
 
 export function refreshGroup() {
@@ -414,50 +392,64 @@ export async function renderReplication() {
       cell("id", String(slave.broker_id)),
       cell("acked offset", formatNumber(slave.acked_offset)),
       cell("lag (bytes)", formatNumber(slave.lag_bytes), slave.lag_bytes ? "lag" : ""),
+      cell("lag (time)", slave.lag_ms === null || slave.lag_ms === undefined ? "-" : `${(slave.lag_ms / 1000).toFixed(1)} s`, slave.lag_ms ? "lag" : ""),
       cell("in sync", slave.in_sync ? "yes" : "no", slave.in_sync ? "" : "error"),
     ])), ha.role === "SLAVE" ? "a slave has no slaves" : "no slave connected");
     note.textContent = "";
+    renderMachinery(access.admin);
   } catch (error) {
     note.textContent = `replication view unavailable: ${error.message}`;
   }
 }
 
-const PROMOTE_TEXT = "Promote this broker to master";
-const FORCE_TEXT = "Force the promotion while the master is alive";
 const MASTER_ALIVE = 40941;
+// The two promote buttons: each asks to be pressed twice; the forced one shows once a promotion was
+// refused because the master is alive.
+const PROMOTE_BUTTONS = {
+  promote: {
+    id: "#promote",
+    text: "Promote this broker to master",
+    question: "Yes, promote: make this broker the master",
+    warning: "A promotion starts a new epoch; the old master's writes after it are cut. Press again to promote, Escape to cancel.",
+    force: false,
+  },
+  force: {
+    id: "#promote-force",
+    text: "Force the promotion while the master is alive",
+    question: "Yes, force it: the live master is fenced and steps down",
+    warning: "A forced promotion does not wait for the master's lease: what the master takes until it sees the new epoch is cut. Press again to force, Escape to cancel.",
+    force: true,
+  },
+};
 const confirming = { promote: false, force: false };
 
-/** Promote asks to be pressed twice; a promotion refused because the master is alive offers a
- * forced one, which asks to be pressed twice again. */
-export function promoteClicked() {
-  if (!confirming.promote) {
-    confirming.promote = true;
-    $("#promote").textContent = "Yes, promote: make this broker the master";
-    say($("#promote-result"), "A promotion starts a new epoch; the old master's writes after it are cut. Press again to promote, Escape to cancel.");
+function pressed(kind) {
+  const button = PROMOTE_BUTTONS[kind];
+  if (!confirming[kind]) {
+    confirming[kind] = true;
+    $(button.id).textContent = button.question;
+    say($("#promote-result"), button.warning);
     return;
   }
-  confirming.promote = false;
-  $("#promote").textContent = PROMOTE_TEXT;
-  promote(false);
+  confirming[kind] = false;
+  $(button.id).textContent = button.text;
+  promote(button.force);
+}
+
+export function promoteClicked() {
+  pressed("promote");
 }
 
 export function forceClicked() {
-  if (!confirming.force) {
-    confirming.force = true;
-    $("#promote-force").textContent = "Yes, force it: the live master is fenced and steps down";
-    say($("#promote-result"), "A forced promotion does not wait for the master's lease: what the master takes until it sees the new epoch is cut. Press again to force, Escape to cancel.");
-    return;
-  }
-  confirming.force = false;
-  $("#promote-force").textContent = FORCE_TEXT;
-  promote(true);
+  pressed("force");
 }
 
 export function cancelPromote() {
   if (!confirming.promote && !confirming.force) return;
-  confirming.promote = confirming.force = false;
-  $("#promote").textContent = PROMOTE_TEXT;
-  $("#promote-force").textContent = FORCE_TEXT;
+  for (const [kind, button] of Object.entries(PROMOTE_BUTTONS)) {
+    confirming[kind] = false;
+    $(button.id).textContent = button.text;
+  }
   say($("#promote-result"), "promotion cancelled");
 }
 

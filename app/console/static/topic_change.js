@@ -2,14 +2,9 @@
 // and order flag. The broker checks every value (read queues never fewer than write queues) and says
 // why it refuses; the form only fills in the topic's current values.
 import { api } from "./api.js";
+import { say } from "./view.js";
 
 const $ = (selector) => document.querySelector(selector);
-
-function say(node, text, bad = false) {
-  node.textContent = text;
-  node.classList.toggle("error", bad);
-  node.classList.toggle("muted", !bad);
-}
 
 /** Fill the form with `topic` as the topics list shows it, and move to it. */
 export function fillTopicChange(topic) {
