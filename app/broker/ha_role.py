@@ -395,12 +395,13 @@ class HaRole:
         left = self.master_lease_left_s()
         master = (self.record.master_url if self.record is not None else "") or self.slave.master_url
         if left is None:
-            why = "this slave is connected to it"
+            why, then = "this slave is connected to it", "stop it first"
         else:
             why = f"its lease in the route registry ends in {left:.1f} s unless it renews it"
+            then = "stop it and wait for its lease to end"
         raise MasterAliveError(
             f"the master {master or '(not known yet)'} of {self.settings.broker_name} is alive: {why}; "
-            "stop it and wait for its lease to end, or promote with force=true",
+            f"{then}, or promote with force=true",
             master,
             None if left is None else math.ceil(left * 1000),
         )

@@ -227,15 +227,17 @@ function topicActions(topic) {
     ]);
   }
   const browse = el("button", { type: "button", className: "browse", text: "Messages" });
-  const change = el("button", { type: "button", className: "change-topic admin-only", text: "Change" });
+  // A group's retry and dead-letter topics are the broker's: it refuses to change them.
+  const change = name.startsWith("%RETRY%") || name.startsWith("%DLQ%")
+    ? null : el("button", { type: "button", className: "change-topic admin-only", text: "Change" });
   const remove = el("button", { type: "button", className: "danger delete-topic admin-only", text: "Delete" });
   browse.addEventListener("click", () => browseTopic(name));
-  change.addEventListener("click", () => fillTopicChange(topic));
+  change?.addEventListener("click", () => fillTopicChange(topic));
   remove.addEventListener("click", () => {
     confirmingDelete = name;
     refresh();
   });
-  return el("div", { className: "actions" }, [browse, change, remove]);
+  return el("div", { className: "actions" }, change ? [browse, change, remove] : [browse, remove]);
 }
 
 function groupActions(group, topic) {

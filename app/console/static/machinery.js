@@ -4,7 +4,7 @@
 // saying so, and the broker would refuse it anyway.
 import { api } from "./api.js";
 import { cell, el, formatTime } from "./messages.js";
-import { formatAge, formatNumber, rows, say } from "./view.js";
+import { formatAge, formatNumber, plural, rows, say } from "./view.js";
 
 const $ = (selector) => document.querySelector(selector);
 const SEGMENTS = 10;
@@ -47,15 +47,16 @@ function renderRegistry(health) {
   const problems = [];
   if (health.last_error) problems.push(`the registry does not answer: ${health.last_error}`);
   if (!health.published) problems.push("a topic change waits for the next heartbeat to reach the registry");
-  say($("#registry-note"), problems.join("; ") || `heartbeat every ${health.heartbeat_interval_s} s`, problems.length > 0);
+  say($("#registry-note"), problems.join("; ") || `this broker registers every ${health.heartbeat_interval_s} s`, problems.length > 0);
 }
 
 function renderStoreFiles(files) {
   const log = files.commitlog;
-  $("#store-summary").textContent = `CommitLog: ${formatNumber(log.segments)} segment${log.segments === 1 ? "" : "s"}, ` +
+  const queues = files.consume_queues;
+  $("#store-summary").textContent = `CommitLog: ${plural(log.segments, "segment")}, ` +
     `${formatNumber(log.bytes)} bytes, offsets ${formatNumber(log.min_offset)}..${formatNumber(log.max_offset)}; ` +
-    `ConsumeQueues: ${formatNumber(files.consume_queues.queues)} queues in ${formatNumber(files.consume_queues.files)} files, ` +
-    `${formatNumber(files.consume_queues.bytes)} bytes; index: ${formatNumber(files.index.files)} files, ${formatNumber(files.index.bytes)} bytes` +
+    `ConsumeQueues: ${plural(queues.queues, "queue")} in ${plural(queues.files, "file")}, ${formatNumber(queues.bytes)} bytes; ` +
+    `index: ${plural(files.index.files, "file")}, ${formatNumber(files.index.bytes)} bytes` +
     (log.segments > log.files.length ? `; the latest ${log.files.length} segments below` : "");
   rows($("#store-table tbody"), log.files.map((segment) => el("tr", { "data-segment": segment.name }, [
     cell("segment", segment.name, "id"),

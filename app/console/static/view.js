@@ -6,6 +6,11 @@ export function formatNumber(value) {
   return Number(value).toLocaleString("en-US");
 }
 
+/** "1 file", "3 files". */
+export function plural(count, word) {
+  return `${formatNumber(count)} ${word}${count === 1 ? "" : "s"}`;
+}
+
 /** `text` in `node`, red when `bad`. */
 export function say(node, text, bad = false) {
   node.textContent = text;
