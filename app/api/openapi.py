@@ -228,8 +228,11 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     },
     "getRegistryHealth": {},
     "getStoreFiles": {},
-    "getPopInFlight": {},
-    "skipDeadLetters": {400: 'Neither "through_offset" nor "all": true, or both (40001)'},
+    "getPopInFlight": {404: "No such path: a group name with a `/` in it (40401)"},
+    "skipDeadLetters": {
+        400: 'Neither "through_offset" nor "all": true, or both (40001)',
+        404: "No such path: a group name with a `/` in it (40401)",
+    },
     "retryMessage": {
         400: "Neither msg_id nor topic, queue_id and offset, or both (40001)",
         404: "No such message here (40404), topic (40402) or queue (40403)",
