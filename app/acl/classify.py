@@ -312,6 +312,7 @@ RULES: tuple[Rule, ...] = (
     Rule("GET", "/v1/topics/{topic}/route", _on_topic(Action.ANY), "PUB or SUB on the topic"),
     Rule("GET", "/v1/topics/{topic}", _on_topic(Action.ANY), "PUB or SUB on the topic"),
     Rule("DELETE", "/v1/topics/{topic}", Need.admin("deleting a topic"), "admin"),
+    Rule("PUT", "/v1/topics/{topic}", Need.admin("changing a topic's queues or permission"), "admin"),
     Rule("POST", "/v1/topics", Need.admin("creating topics"), "admin"),
     Rule("GET", "/v1/topics", ACCOUNT, "any account"),
     Rule("GET", "/v1/messages/{msg_id}", message_by_id, "SUB on the message's topic"),
@@ -332,6 +333,7 @@ RULES: tuple[Rule, ...] = (
     Rule("DELETE", "/v1/groups/{group}/push", on_group, "SUB on the group"),
     Rule("GET", "/v1/push", Need.admin("listing every group's push subscriptions"), "admin"),
     Rule("POST", "/v1/groups/{group}/dlq/resend", Need.admin("resending dead letters"), "admin"),
+    Rule("POST", "/v1/groups/{group}/dlq/skip", Need.admin("skipping dead letters"), "admin"),
     Rule(
         "POST", "/v1/groups/{group}/topics/{topic}/pop", on_group_topic, "SUB on the group and on the topic"
     ),

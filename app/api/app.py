@@ -16,9 +16,11 @@ from app.api import (
     admin,
     cluster,
     consumers,
+    dead_letters,
     events,
     groups,
     ha,
+    inspection,
     locks,
     lookup,
     messages,
@@ -187,12 +189,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(cluster.router)
     app.include_router(groups.router)
     app.include_router(consumers.router)
+    app.include_router(dead_letters.router)
     app.include_router(locks.router)
     app.include_router(pop.router)
     app.include_router(transactions.router)
     app.include_router(push.router)
     app.include_router(admin.router)
     app.include_router(operator.router)
+    app.include_router(inspection.router)
     app.include_router(ha.router)
     app.include_router(ws_router)
     install_console(app)

@@ -68,6 +68,7 @@ class ErrorCode(enum.IntEnum):
     TRANSACTION_ENDED = 40920
     QUEUE_NOT_LOCKED = 40930
     PROMOTION_REFUSED = 40940
+    MASTER_ALIVE = 40941
     TOO_MANY_PUSH_SUBSCRIPTIONS = 40950
     MESSAGE_TOO_LARGE = 41301
     PROPERTIES_TOO_LARGE = 41302
@@ -186,6 +187,12 @@ ERROR_DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.PROMOTION_REFUSED: (
         "The broker is its name's master already, or another broker of its name was promoted first "
         "(the epoch moved on); nothing was changed."
+    ),
+    ErrorCode.MASTER_ALIVE: (
+        "A manual promotion of a slave whose master is alive: its lease in the route registry is "
+        "current (it ends `lease_ends_in_ms` from now, on the slave's clock), or, without a registry, "
+        "the slave is connected to it. `master_url` names it; nothing was changed. Stop the master "
+        "and wait for the lease to end, or promote with `force=true`."
     ),
     ErrorCode.TOO_MANY_PUSH_SUBSCRIPTIONS: (
         "A new push subscription would pass the broker's cap on them (WHARF_PUSH_MAX_SUBSCRIPTIONS); "
@@ -306,6 +313,7 @@ BROKER_ERRORS: dict[type[broker_errors.BrokerError], ErrorCode] = {
     broker_errors.TransactionEndedError: ErrorCode.TRANSACTION_ENDED,
     broker_errors.TooManyOpenTransactionsError: ErrorCode.TOO_MANY_OPEN_TRANSACTIONS,
     broker_errors.PromotionError: ErrorCode.PROMOTION_REFUSED,
+    broker_errors.MasterAliveError: ErrorCode.MASTER_ALIVE,
     broker_errors.TooManyPushSubscriptionsError: ErrorCode.TOO_MANY_PUSH_SUBSCRIPTIONS,
 }
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, WebSocket
 from pydantic import BaseModel, Field
 
+from app.api.schemas import ErrorEnvelope
 from app.api.topics import BrokerDep
 from app.api.ws.going_away import websocket_sessions
 from app.api.ws.protocol import GOING_AWAY, WsClose, receive_frame, serve
@@ -37,6 +38,12 @@ class SlaveOut(BaseModel):
     broker_id: int
     acked_offset: int = Field(description="CommitLog offset up to which the slave holds the log")
     lag_bytes: int = Field(description="How far the slave is behind this broker's CommitLog")
+    lag_ms: int | None = Field(
+        None,
+        description="How long ago this master stored the oldest record the slave does not hold (its "
+        "store timestamp, at the slave's acknowledged offset, against this master's clock); 0 when the "
+        "slave holds everything, null when that record is no longer stored",
+    )
     in_sync: bool = Field(description="Whether the slave is close enough to count for SYNC_MASTER")
 
 
@@ -50,6 +57,16 @@ class HaOut(BaseModel):
     confirmed_offset: int = Field(description="A master: the CommitLog offset its SEND_OK answers covered")
     connected: bool = Field(description="A slave: whether it is connected to its master now")
     slaves: list[SlaveOut] = Field(description="A master: its connected slaves")
+    master_alive: bool = Field(
+        False,
+        description="A slave: its master holds its lease in the route registry (without a registry: "
+        "the slave is connected to it); a promotion without force=true is refused while it does",
+    )
+    master_lease_left_ms: int | None = Field(
+        None,
+        description="A slave under a route registry: how long its master's lease still counts as "
+        "current on this slave's clock (it must stand still for WHARF_HA_FAILOVER_S)",
+    )
 
 
 @router.get("/v1/admin/ha", response_model=HaOut, summary="Replication: this broker's role and its slaves")
@@ -61,9 +78,21 @@ async def ha_status(broker: BrokerDep) -> dict[str, Any]:
     "/v1/admin/ha/promote",
     response_model=HaOut,
     summary="Replication: make this slave the master of its broker name, in a new epoch",
+    description=(
+        "Refused (409, 40941) while the slave's master is alive - its lease in the route registry is "
+        "current, or without a registry the slave is connected to it - unless `force=true`; refused "
+        "(409, 40940) on a master, or when another broker of the name was promoted first."
+    ),
+    responses={409: {"model": ErrorEnvelope}},
 )
-async def ha_promote(broker: BrokerDep) -> dict[str, Any]:
-    return await broker.ha.promote()
+async def ha_promote(
+    broker: BrokerDep,
+    force: Annotated[
+        bool,
+        Query(description="Promote even while the master is alive (it is fenced once it sees the new epoch)"),
+    ] = False,
+) -> dict[str, Any]:
+    return await broker.ha.promote(force=force)
 
 
 class TopicConfigOut(BaseModel):

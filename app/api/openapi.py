@@ -40,6 +40,11 @@ OPERATION_IDS: dict[str, str] = {
     "list_topics": "listTopics",
     "get_topic": "getTopic",
     "delete_topic": "deleteTopic",
+    "update_topic": "updateTopic",
+    "skip_dead_letters": "skipDeadLetters",
+    "registry_health": "getRegistryHealth",
+    "store_files": "getStoreFiles",
+    "pop_in_flight": "getPopInFlight",
     "list_queues": "listQueues",
     "search_offset": "searchOffset",
     "topic_route": "getTopicRoute",
@@ -162,6 +167,12 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "listTopics": {400: "A bad `limit` (40012) or `cursor` (40013)"},
     "getTopic": {**_TOPIC},
     "deleteTopic": {**_TOPIC},
+    "updateTopic": {
+        400: "Read queues fewer than write queues, or queues given with read_queues or write_queues "
+        "(40012); a group's %RETRY% or %DLQ% topic or an internal topic (40005)",
+        **_TOPIC,
+        503: "The route registry, which takes the change, cannot be reached (50303)",
+    },
     "listQueues": {**_TOPIC},
     "searchOffset": {**_QUEUE},
     "getTopicRoute": {404: "No broker serves the topic (40402)"},
@@ -215,6 +226,13 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
         409: "The original topic does not accept messages (40902)",
         421: None,
     },
+    "getRegistryHealth": {},
+    "getStoreFiles": {},
+    "getPopInFlight": {404: "No such path: a group name with a `/` in it (40401)"},
+    "skipDeadLetters": {
+        400: 'Neither "through_offset" nor "all": true, or both (40001)',
+        404: "No such path: a group name with a `/` in it (40401)",
+    },
     "retryMessage": {
         400: "Neither msg_id nor topic, queue_id and offset, or both (40001)",
         404: "No such message here (40404), topic (40402) or queue (40403)",
@@ -261,7 +279,9 @@ OPERATION_ERRORS: dict[str, dict[int, str | None]] = {
     "getReplicationMetadata": {421: "This broker is a slave: ask its master (42101)"},
     "takeSlaveOffsets": {421: "This broker is a slave: hand them to its master (42101)"},
     "promoteSlave": {
-        409: "This broker is the master already, or another broker of its name was promoted first (40940)",
+        409: "This broker is the master already, or another broker of its name was promoted first "
+        "(40940); its master is alive and `force` is not true (40941, with `master_url` and "
+        "`lease_ends_in_ms`)",
         503: "The route registry, which records the epoch, cannot be reached (50303)",
     },
     "getHealth": {},

@@ -39,6 +39,9 @@ class QueueRange(BaseModel):
     queue_id: int
     min_offset: int
     max_offset: int
+    produce_rate_per_s: float | None = Field(
+        None, description="Messages stored per second over the topic's `rate_window_s` (null: first look)"
+    )
 
 
 TIMER_SCAN_LIMIT = 100_000
@@ -54,6 +57,7 @@ class AdminTopic(BaseModel):
     order: bool
     messages: int = Field(description="Messages stored over the topic's life: the sum of its max offsets")
     queues: list[QueueRange]
+    rate_window_s: float = Field(0.0, description="The seconds the queues' rates cover; 0: none yet")
 
 
 class AdminTopicPage(BaseModel):
@@ -159,11 +163,14 @@ def search_topics(
         config = broker.topics.get(name)
         if config is None:  # deleted meanwhile
             continue
+        ends = [store.max_offset(name, queue_id) for queue_id in range(config.queue_nums)]
+        rates, window_s = broker.queue_rates.sample(name, ends)
         queues = [
             {
                 "queue_id": queue_id,
                 "min_offset": store.min_offset(name, queue_id),
-                "max_offset": store.max_offset(name, queue_id),
+                "max_offset": ends[queue_id],
+                "produce_rate_per_s": rates[queue_id],
             }
             for queue_id in range(config.queue_nums)
         ]
@@ -174,8 +181,9 @@ def search_topics(
                 "write_queues": config.write_queue_nums,
                 "perm": config.perm,
                 "order": config.order,
-                "messages": sum(queue["max_offset"] for queue in queues),
+                "messages": sum(ends),
                 "queues": queues,
+                "rate_window_s": window_s,
             }
         )
     return {"total": len(names), "topics": topics, "next_cursor": next_cursor}

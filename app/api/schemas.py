@@ -144,6 +144,35 @@ class TopicSpec(_Strict):
     order: bool = False
 
 
+class TopicUpdate(_Strict):
+    """A change of a topic's queue numbers, permission or order flag; a field left out keeps its value."""
+
+    queues: int | None = Field(None, ge=1, le=1024, description="Read and write queue numbers at once.")
+    read_queues: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Never fewer than the write queues: a queue written but not read is lost.",
+    )
+    write_queues: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Fewer: the dropped queues take no more writes; their messages stay readable.",
+    )
+    perm: int | None = Field(
+        None, ge=0, le=7, description="RocketMQ permission bits: 4 read, 2 write (6 both)."
+    )
+    order: bool | None = None
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"read_queues": 8, "write_queues": 8}, {"write_queues": 2}, {"perm": 4}]
+        },
+    )
+
+
 class TopicCreate(TopicSpec):
     cluster: str | None = Field(
         None, description="Create the topic's queues on every master of this cluster."
@@ -234,11 +263,19 @@ class QueueOffsets(BaseModel):
     min_offset: int
     max_offset: int
     last_store_timestamp: int | None
+    produce_rate_per_s: float | None = Field(
+        None,
+        description="Messages stored per second over `rate_window_s`, from the offsets sampled by "
+        "earlier requests; null on a first request",
+    )
 
 
 class QueueList(BaseModel):
     topic: str
     queues: list[QueueOffsets]
+    rate_window_s: float = Field(
+        0.0, description="The seconds the rates cover (at most 60): since the oldest sample kept; 0: none yet"
+    )
 
 
 class SearchOffsetResponse(BaseModel):

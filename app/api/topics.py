@@ -19,6 +19,7 @@ from app.api.schemas import (
     TopicList,
     TopicOut,
     TopicSpec,
+    TopicUpdate,
 )
 from app.broker import Broker, BrokerError, topic_admin
 from app.broker.topic_admin import MAX_BULK_TOPICS
@@ -171,6 +172,36 @@ async def get_topic(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
     return topic_out(await broker.topic(topic))
 
 
+@router.put(
+    "/{topic}",
+    response_model=TopicOut,
+    response_model_exclude_none=True,
+    summary="Change a topic's queue numbers, permission or order flag on this broker",
+    description=(
+        "Fields as a create names them; one left out keeps its value. More queues are added empty. "
+        "Fewer write queues stop writes to the dropped queues, whose messages stay readable while the "
+        "read queues cover them: read queues may not be fewer than write queues (400). A permission "
+        "takes effect at once (a produce to a read-only topic answers 409 40902). The route registry "
+        "and the slaves follow. A group's %RETRY% and %DLQ% topics and the broker's internal topics "
+        "are refused (400 40005)."
+    ),
+    responses={
+        400: {"model": ErrorEnvelope},
+        404: {"model": ErrorEnvelope},
+        421: {"model": ErrorEnvelope},
+        422: {"model": ErrorEnvelope},
+        503: {"model": ErrorEnvelope},
+    },
+)
+async def update_topic(topic: TopicName, body: TopicUpdate, broker: BrokerDep) -> dict[str, Any]:
+    if body.queues is not None and (body.read_queues is not None or body.write_queues is not None):
+        raise ApiError(ErrorCode.INVALID_PARAMETER, "give queues, or read_queues and write_queues, not both")
+    change = topic_admin.TopicChange(
+        body.read_queues or body.queues, body.write_queues or body.queues, body.perm, body.order
+    )
+    return topic_out(await topic_admin.update_topic(broker, topic, change))
+
+
 @router.delete(
     "/{topic}",
     status_code=204,
@@ -182,21 +213,28 @@ async def delete_topic(topic: TopicName, broker: BrokerDep) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/{topic}/queues", response_model=QueueList, summary="Offsets of every queue of a topic")
+@router.get(
+    "/{topic}/queues",
+    response_model=QueueList,
+    summary="Offsets of every queue of a topic, and the rate messages are stored at in each",
+)
 async def list_queues(topic: TopicName, broker: BrokerDep) -> dict[str, Any]:
     config = await broker.topic(topic)
     store = broker.store
+    ends = [store.max_offset(topic, queue_id) for queue_id in range(config.queue_nums)]
+    rates, window_s = broker.queue_rates.sample(topic, ends)
     queues = []
     for queue_id in range(config.queue_nums):
         queues.append(
             {
                 "queue_id": queue_id,
                 "min_offset": store.min_offset(topic, queue_id),
-                "max_offset": store.max_offset(topic, queue_id),
+                "max_offset": ends[queue_id],
                 "last_store_timestamp": store.last_store_timestamp(topic, queue_id),
+                "produce_rate_per_s": rates[queue_id],
             }
         )
-    return {"topic": topic, "queues": queues}
+    return {"topic": topic, "queues": queues, "rate_window_s": window_s}
 
 
 @router.get(

@@ -37,6 +37,7 @@ from app.broker.outbound import Outbound
 from app.broker.pull import read_or_hold
 from app.broker.queue_locks import FILE_NAME as QUEUE_LOCKS_FILE
 from app.broker.queue_locks import QueueLocks
+from app.broker.queue_rates import QueueRates
 from app.broker.topic_creator import TopicCreator
 from app.broker.transactions import Transactions
 from app.codec import RESERVED_PROPERTIES, IncomingMessage
@@ -99,6 +100,7 @@ class Broker:
         # The next message without a queue of each topic takes this number modulo its write queues.
         self.round_robin: dict[str, int] = {}
         self.creator = TopicCreator(topics, self.topics_changed)
+        self.queue_rates = QueueRates()  # produce rates per queue, sampled when asked for
         self.groups = ConsumerGroups(
             self.read_queue_count, settings.consumer_expiry_s, max_members=settings.max_group_members
         )
@@ -234,6 +236,7 @@ class Broker:
         await asyncio.to_thread(self.topics.delete, name)
         await asyncio.to_thread(self.store.delete_topic, name)
         self.metrics.forget_topic(name)
+        self.queue_rates.forget(name)
         await self.topics_changed(deleted=[name])
 
     async def require_registry(self) -> None:

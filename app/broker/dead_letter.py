@@ -144,3 +144,19 @@ async def resend(broker: Broker, group: str, msg_ids: list[str] | None) -> list[
     if msg_ids is None and chosen:
         offsets.commit(group, topic, 0, chosen[-1].queue_offset + 1)
     return [(letter, result.msg_id) for letter, result in zip(chosen, appended, strict=True)]
+
+
+def skip(broker: Broker, group: str, through_offset: int | None) -> tuple[int, int]:
+    """Pass over dead letters without sending them anywhere (RocketMQ has no per-message delete):
+    the group's mark on its dead-letter topic, the one a resend of all moves, goes past every dead
+    letter (``through_offset`` None) or every one up to and including ``through_offset``. Never
+    back. (How many it passed, the mark now.) The letters stay stored until retention deletes them."""
+    topic = dead_letter_topic(group)
+    store, offsets = broker.store, broker.store.consumer_offsets
+    mark = max(offsets.query(group, topic, 0), store.min_offset(topic, 0))
+    end = store.max_offset(topic, 0)
+    target = end if through_offset is None else min(through_offset + 1, end)
+    if target <= mark:
+        return 0, max(mark, 0)
+    offsets.commit(group, topic, 0, target)
+    return target - mark, target

@@ -195,3 +195,17 @@ class TooManyPushSubscriptionsError(BrokerError):
 class PromotionError(BrokerError):
     """A promotion that cannot happen: this broker is the master already, or another broker of its
     name was promoted first (the epoch it expected moved on)."""
+
+
+class MasterAliveError(PromotionError):
+    """A manual promotion of a slave whose master still holds its lease (or, without a route
+    registry, whose master it is connected to): nothing was changed; ``force`` promotes anyway."""
+
+    def __init__(self, message: str, master_url: str, lease_ends_in_ms: int | None) -> None:
+        super().__init__(message)
+        self.master_url = master_url
+        self.lease_ends_in_ms = lease_ends_in_ms
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {"master_url": self.master_url, "lease_ends_in_ms": self.lease_ends_in_ms}

@@ -21,6 +21,7 @@ from typing import Any
 
 from app.store import MessageStore
 from app.store.epochs import Epoch, common_point
+from app.store.record import store_timestamp
 
 CHUNK_BYTES = 256 * 1024
 # A slave further behind than this is not in sync (RocketMQ's haMaxGapNotInSync).
@@ -206,14 +207,35 @@ class HaMaster:
 
     # -- status ----------------------------------------------------------------------------------
 
+    def stored_at_ms(self, offset: int) -> int | None:
+        """The store timestamp of the record at CommitLog ``offset`` (a record boundary, as a slave's
+        acknowledged offset is), or of the next segment's first record when ``offset`` is a
+        segment's blank end; None when none is stored there."""
+        record = self.store.read_record(offset)
+        if record is None:
+            later = [mapped.file_from_offset for mapped in self.store.commitlog.files.files]
+            following = [start for start in later if start > offset]
+            record = self.store.read_record(following[0]) if following else None
+        return store_timestamp(record) if record is not None else None
+
+    def lag_ms(self, link: SlaveLink, end: int, now_ms: int) -> int | None:
+        """How long ago this master stored the oldest record the slave does not hold: 0 when it
+        holds everything, None when that record cannot be read (retention deleted it)."""
+        if link.acked_offset >= end:
+            return 0
+        stored = self.stored_at_ms(link.acked_offset)
+        return None if stored is None else max(0, now_ms - stored)
+
     def describe_slaves(self) -> list[dict[str, object]]:
         end = self.store.commitlog.max_offset
+        now_ms = int(time.time() * 1000)
         return [
             {
                 "url": link.url,
                 "broker_id": link.broker_id,
                 "acked_offset": link.acked_offset,
                 "lag_bytes": max(0, end - link.acked_offset),
+                "lag_ms": self.lag_ms(link, end, now_ms),
                 "in_sync": self.in_sync(link),
             }
             for link in sorted(self.slaves.values(), key=lambda link: link.broker_id)

@@ -6,7 +6,9 @@ The route registry plays RocketMQ 5's controller (the ``ha_*`` calls of app.rout
   slave, whatever its configured role: a former master rejoins this way, and cuts whatever it had
   that the new master lacks (app.store.epochs) before it appends.
 * A promotion (``POST /v1/admin/ha/promote``, or automatic) is a compare-and-set of the epoch: of
-  two slaves racing, one wins. The new master records its epoch at its CommitLog's end.
+  two slaves racing, one wins. The new master records its epoch at its CommitLog's end. A manual
+  one is refused while the master is alive (its lease moved within ``WHARF_HA_FAILOVER_S`` on the
+  slave's clock; with no record naming it, the slave is connected to it) unless forced.
 * The master renews a lease in the record every ``WHARF_HA_FAILOVER_S / 5`` and reports the
   CommitLog offset its SEND_OK answers covered. A master that finds a later epoch there steps
   down and follows the new master. Under ``WHARF_HA_AUTO_FAILOVER`` a master whose lease was not
@@ -38,7 +40,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.broker.errors import MisdirectedError, PromotionError
+from app.broker.errors import MasterAliveError, MisdirectedError, PromotionError
 from app.broker.ha_master import SEND_OK, AppendSignal, HaMaster
 from app.broker.ha_reports import SlaveReports
 from app.broker.ha_slave import HaSlave, cancel_tasks
@@ -87,6 +89,7 @@ class HaRole:
         self.confirmed_offset = 0  # the CommitLog offset this master's SEND_OK answers covered
         self._lease_until = math.inf  # monotonic: a master takes produce until then
         self._lease_seen: tuple[int, int, float] | None = None  # a slave's (epoch, lease, since)
+        self._slave_since = time.monotonic()  # when this broker last became a slave
         self._refused_failover_at = -1  # the confirmed offset a failover was last refused for
         self._refused_epoch = -1  # the epoch a failover was last refused in, this log being older
         self.slave_reports = SlaveReports(self.settings.ha_failover_s)
@@ -160,6 +163,9 @@ class HaRole:
     def _make_slave(self) -> None:
         settings = self.settings
         self.store.replica = True
+        # Until this slave has watched the lease stand still, its master counts as alive.
+        self._lease_seen = None
+        self._slave_since = time.monotonic()
         self.master = None
         self.slave = HaSlave(
             self.store,
@@ -360,13 +366,58 @@ class HaRole:
 
     # -- changes of role -------------------------------------------------------------------------
 
-    async def promote(self, expected: HaRecord | None = None, automatic: bool = False) -> dict[str, Any]:
+    def master_lease_left_s(self) -> float | None:
+        """A slave under a route registry: how long its master's lease still counts as current, on
+        this slave's clock (the lease must stand still for WHARF_HA_FAILOVER_S, as for an automatic
+        failover; a slave that has not watched it yet counts from when it became a slave). None on
+        a master, without a registry, or when the registry names no other master."""
+        record = self.record
+        if not self.is_slave or self.broker.routing is None or record is None:
+            return None
+        if record.master_id == self.settings.broker_id:
+            return None
+        seen = self._lease_seen
+        since = seen[2] if seen is not None else self._slave_since
+        return max(0.0, since + self.settings.ha_failover_s - time.monotonic())
+
+    def master_alive(self) -> bool:
+        """A slave's master holds its lease; when no registry record names it (no registry, or one
+        the master does not share): the slave is connected to it."""
+        if self.slave is None:
+            return False
+        left = self.master_lease_left_s()
+        return self.slave.connected if left is None else left > 0
+
+    def _refuse_while_master_alive(self) -> None:
+        if not self.master_alive():
+            return
+        assert self.slave is not None
+        left = self.master_lease_left_s()
+        master = (self.record.master_url if self.record is not None else "") or self.slave.master_url
+        if left is None:
+            why, then = "this slave is connected to it", "stop it first"
+        else:
+            why = f"its lease in the route registry ends in {left:.1f} s unless it renews it"
+            then = "stop it and wait for its lease to end"
+        raise MasterAliveError(
+            f"the master {master or '(not known yet)'} of {self.settings.broker_name} is alive: {why}; "
+            f"{then}, or promote with force=true",
+            master,
+            None if left is None else math.ceil(left * 1000),
+        )
+
+    async def promote(
+        self, expected: HaRecord | None = None, automatic: bool = False, force: bool = False
+    ) -> dict[str, Any]:
         """Make this slave the master of its broker name in the next epoch; ``automatic`` (a
-        failover): only while the master's lease still stands where ``expected`` saw it."""
+        failover): only while the master's lease still stands where ``expected`` saw it. A manual
+        promotion is refused while the master is alive (:meth:`master_alive`) unless ``force``."""
         async with self._switch:
             if not self.is_slave:
                 raise PromotionError(f"this broker is the master of {self.settings.broker_name} already")
             assert self.slave is not None
+            if not automatic and not force:
+                self._refuse_while_master_alive()
             await self.slave.stop()
             expected = expected or self.record
             role = (
@@ -514,4 +565,8 @@ class HaRole:
             "confirmed_offset": self.confirmed_offset,
             "connected": self.slave.connected if self.slave is not None else False,
             "slaves": self.master.describe_slaves() if self.master is not None else [],
+            "master_alive": self.master_alive(),
+            "master_lease_left_ms": None
+            if (left := self.master_lease_left_s()) is None
+            else math.ceil(left * 1000),
         }

@@ -152,6 +152,31 @@ class PopTable:
             done.add_done_callback(_log_failure)
 
 
+def in_flight_of(
+    queues: dict[QueueKey, PopQueue], group: str, now_ms: int
+) -> list[dict[str, int | str | None]]:
+    """Per queue the group pops from: its messages popped and not acked, those still invisible and
+    those whose invisible time passed (handed out again at the next pop, or dead-lettered), and
+    the next deadline. Queues with nothing in flight are left out."""
+    found: list[dict[str, int | str | None]] = []
+    for (owner, topic, queue_id), queue in sorted(queues.items()):
+        if owner != group or not queue.inflight:
+            continue
+        invisible = sum(1 for entry in queue.inflight.values() if entry.deadline_ms > now_ms)
+        found.append(
+            {
+                "topic": topic,
+                "queue_id": queue_id,
+                "in_flight": len(queue.inflight),
+                "invisible": invisible,
+                "visible_again": len(queue.inflight) - invisible,
+                "next_deadline_ms": queue.next_deadline_ms(),
+                "popped_until": queue.popped_until,
+            }
+        )
+    return found
+
+
 def _log_failure(future: Future[None]) -> None:
     error = future.exception()
     if error is not None:

@@ -1,5 +1,6 @@
 """Creating topics: one here, a list here in one append to the topic log and one registry write, or
-one on every live master of a cluster (or of a list of brokers).
+one on every live master of a cluster (or of a list of brokers); changing one's queue numbers and
+permission (RocketMQ's updateTopic).
 
 A create of a topic that exists with the same configuration is not an error (it answers "exists"), so
 a create repeated after a lost answer is safe; with another configuration it is refused.
@@ -7,18 +8,25 @@ a create repeated after a lost answer is safe; with another configuration it is 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from app.broker.dead_letter import DLQ_TOPIC_PREFIX
+from app.broker.delay_message import INTERNAL_TOPICS
 from app.broker.errors import (
     BrokerError,
     ClusterNotFoundError,
+    InvalidParameterError,
     NoRegistryError,
     TooManyTopicsError,
     TopicExistsError,
 )
+from app.broker.transaction_message import TRANSACTION_TOPICS
 from app.routing.topic_config import TopicConfig
+from app.store.consumer_offsets import RETRY_TOPIC_PREFIX
+from app.store.errors import InvalidTopicError
 
 if TYPE_CHECKING:
     from app.broker.core import Broker
@@ -53,6 +61,64 @@ async def create_topic(broker: Broker, wanted: TopicConfig) -> bool:
     if not created and config != wanted:
         raise TopicExistsError(wanted.name, config)
     return created
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicChange:
+    """What an update sets; None keeps the topic's current value."""
+
+    read_queues: int | None = None
+    write_queues: int | None = None
+    perm: int | None = None
+    order: bool | None = None
+
+    def applied_to(self, current: TopicConfig) -> TopicConfig:
+        def pick(value: Any, now: Any) -> Any:
+            return now if value is None else value
+
+        return TopicConfig(
+            current.name,
+            pick(self.read_queues, current.read_queue_nums),
+            pick(self.write_queues, current.write_queue_nums),
+            pick(self.perm, current.perm),
+            pick(self.order, current.order),
+        )
+
+
+def refuse_system_topic(name: str) -> None:
+    """InvalidTopicError for a topic the broker makes and runs itself: a group's retry and
+    dead-letter topics, and the internal topics of delayed and transactional messages."""
+    if name in INTERNAL_TOPICS or name in TRANSACTION_TOPICS:
+        raise InvalidTopicError(f"topic {name!r} is internal to the broker and is not changed by hand")
+    for prefix in (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX):
+        if name.startswith(prefix):
+            raise InvalidTopicError(f"topic {name!r} is a group's {prefix} topic, which the broker manages")
+
+
+async def update_topic(broker: Broker, name: str, change: TopicChange) -> TopicConfig:
+    """Change a topic's queue numbers, permission or order flag here, at once; the configuration now
+    in force. More queues are added empty. Fewer write queues stop writes to the dropped ones, whose
+    messages stay readable while the read queues still cover them: the read queues may not go under
+    the write queues. The change reaches the route registry and, through the metadata version, the
+    slaves."""
+    broker.refuse_on_slave("topic changes")
+    refuse_system_topic(name)
+    await broker.topic(name)  # 404 (or 421) before the registry is asked
+    await broker.require_registry()
+    current = await broker.topic(name)  # as it is now, after the wait
+    wanted = change.applied_to(current)
+    if wanted.read_queue_nums < wanted.write_queue_nums:
+        raise InvalidParameterError(
+            f"read queues ({wanted.read_queue_nums}) may not be fewer than write queues "
+            f"({wanted.write_queue_nums}): a queue written but not read is never consumed; shrink the "
+            "write queues first, and the read queues once their messages are consumed"
+        )
+    if wanted == current:
+        await broker.topics_published()
+        return current
+    await asyncio.to_thread(broker.topics.put, wanted)
+    await broker.topics_changed(upserted=[wanted])
+    return wanted
 
 
 async def create_topics(

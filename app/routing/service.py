@@ -77,6 +77,7 @@ class RoutingService:
         self.last_error = ""
         # False from a topic change the registry has not taken until a heartbeat carries it.
         self.published = True
+        self.last_heartbeat_ms: int | None = None  # wall clock of the last registration it took
         # Topic changes waiting for the publisher: name -> config, or None for a deleted topic.
         self._pending: dict[str, TopicConfig | None] = {}
         self._waiters: list[asyncio.Future[None]] = []
@@ -189,6 +190,21 @@ class RoutingService:
             topics = list(self.topics())
             await self.call(self.registry.register, self.identity, topics, self._data_version)
             self.published = True
+            self.last_heartbeat_ms = int(time.time() * 1000)
+
+    async def health(self) -> dict[str, Any]:
+        """What an operator asks of the registry: its kind (the database's dialect, never its
+        address or credentials), whether it answers now, the last error, and when it last took
+        this broker's registration."""
+        reachable = await self.available()
+        return {
+            "kind": self.registry.engine.dialect.name,
+            "reachable": reachable,
+            "last_error": self.last_error or None,
+            "last_heartbeat_ms": self.last_heartbeat_ms,
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "published": self.published,
+        }
 
     async def topics_changed(self, upserted: Iterable[TopicConfig] = (), deleted: Iterable[str] = ()) -> None:
         """Publish created or deleted topics now, so their routes are right before the caller

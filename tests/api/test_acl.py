@@ -178,7 +178,8 @@ def test_creating_and_deleting_topics_needs_an_admin(broker: BrokerProcess, as_a
         assert as_admin.get("/v1/topics/made-by-rw").status_code == 404
         assert as_admin.post("/v1/topics", json={"name": "made-by-admin"}).status_code == 201
         assert_refused(read_write.delete("/v1/topics/made-by-admin"), 403)
-        assert as_admin.get("/v1/topics/made-by-admin").status_code == 200
+        assert_refused(read_write.put("/v1/topics/made-by-admin", json={"perm": 4}), 403)
+        assert as_admin.get("/v1/topics/made-by-admin").json()["perm"] == 6
     assert as_admin.delete("/v1/topics/made-by-admin").status_code == 204
 
 
@@ -187,6 +188,7 @@ def test_admin_routes_and_the_console_view_need_an_admin(
 ) -> None:
     with client_for(broker, READ_WRITE) as read_write:
         assert_refused(read_write.post("/v1/admin/clean"), 403)
+        assert_refused(read_write.post("/v1/groups/billing/dlq/skip", json={"all": True}), 403)
         assert_refused(read_write.get("/console/api/overview"), 403)
     assert as_admin.post("/v1/admin/clean").status_code == 200
     assert as_admin.get("/console/api/overview").status_code == 200

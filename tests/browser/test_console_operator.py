@@ -200,6 +200,96 @@ def test_a_dead_letter_is_resent_and_consumed(
     assert messages[0]["msg_id"] != poison["msg_id"]
 
 
+@pytest.mark.parametrize("size", VIEWPORTS)
+def test_dead_letters_are_skipped_through_one_then_all_after_a_confirmation(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client, size: tuple[int, int]
+) -> None:
+    topic, group = f"ops-skip-{size[0]}", f"ops-skip-group-{size[0]}"
+    make_topic(client, topic, 1)
+    produce(client, topic, *[{"body": f"poison-{n}"} for n in range(4)])
+    assert client.put(f"/v1/groups/{group}/config", json={"max_reconsume_times": 0}).status_code == 200
+    for offset in range(4):
+        place = {"topic": topic, "queue_id": 0, "offset": offset}
+        assert client.post(f"/v1/groups/{group}/retry", json=place).json()["status"] == "DEAD_LETTER"
+
+    def mark() -> int:
+        return int(client.get(f"/v1/groups/{group}/dlq").json()["resent_until"])
+
+    page = open_console(pages, broker, size)
+    page.fill("#dlq-group", group)
+    page.click("#dlq-show")
+    second = page.locator("#dlq-table tbody tr").nth(1)
+    expect(second).to_contain_text("poison-1")
+    skip = second.locator("button.skip")
+    assert_reachable(page, skip)
+    skip.click()
+    expect(skip).to_have_text("Yes, skip offsets ..1")
+    skip.press("Escape")
+    expect(skip).to_have_text("Skip through here")
+    assert mark() == 0  # one press skips nothing
+    skip.click()
+    skip.click()
+    expect(page.locator("#dlq-state")).to_have_text("skipped 2: dead letters below offset 2 are passed over")
+    assert mark() == 2
+    expect(page.locator("#dlq-table tbody tr.passed")).to_have_count(2)
+    expect(second.locator(".passed")).to_have_text("passed (resent or skipped)")
+
+    everything = page.locator("#dlq-skip-all")
+    assert_reachable(page, everything)
+    everything.click()
+    expect(everything).to_have_text("Yes, skip every dead letter")
+    everything.click()
+    expect(page.locator("#dlq-state")).to_have_text("skipped 2: dead letters below offset 4 are passed over")
+    assert mark() == 4
+    expect(page.locator("#dlq-table tbody tr.passed")).to_have_count(4)
+    # A resend of all has nothing left to send.
+    assert client.post(f"/v1/groups/{group}/dlq/resend", json={"all": True}).json()["resent"] == []
+    assert_no_horizontal_overflow(page)
+    shoot(page, "dead-letters-skipped", "dead-letters")
+
+
+@pytest.mark.parametrize("size", VIEWPORTS)
+def test_pop_in_flight_produce_rates_the_registry_and_the_store_files(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client, size: tuple[int, int]
+) -> None:
+    topic, group = f"ops-pop-{size[0]}", f"ops-pop-group-{size[0]}"
+    make_topic(client, topic, 2)
+    produce(client, topic, *[{"body": f"job-{n}", "queue_id": 0} for n in range(3)])
+    popped = client.post(
+        f"/v1/groups/{group}/topics/{topic}/pop",
+        json={"max_messages": 2, "invisible_ms": 600_000, "consume_from": "first"},
+    )
+    assert len(popped.json()["messages"]) == 2, popped.text
+    # An offset on the other queue puts the group in the list of groups.
+    commit = {"offsets": [{"topic": topic, "queue_id": 1, "offset": 0}]}
+    assert client.put(f"/v1/groups/{group}/offsets", json=commit).status_code == 200
+
+    page = open_console(pages, broker, size)
+    # Each queue's produce rate, once the page has looked twice (every 2 s).
+    row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+    expect(row.locator(".queue").first).to_have_text(re.compile(r"^#0: 0\.\.3, [0-9.]+/s$"), timeout=15_000)
+
+    group_row = page.locator(f'#groups-table tr[data-group="{group}"]').first
+    assert_reachable(page, group_row.locator("button.group-details"))
+    group_row.locator("button.group-details").click()
+    expect(page.locator("#group-pop-total")).to_have_text("2")
+    pop_row = page.locator(f'#group-pop tr[data-topic="{topic}"][data-queue="0"]')
+    expect(pop_row.locator("td").nth(2)).to_have_text("2")  # in flight
+    expect(pop_row.locator("td").nth(3)).to_have_text("2")  # still invisible
+    expect(pop_row.locator("td").nth(5)).to_contain_text("in 10 min")
+    shoot(page, "groups-pop-in-flight", "groups")
+
+    expect(page.locator("#registry-state")).to_have_text("sqlite, reachable")
+    expect(page.locator("#registry-heartbeat")).to_have_text(re.compile(r" ago$"))
+    files = client.get("/v1/admin/store", params={"segments": 10}).json()["commitlog"]
+    expect(page.locator("#store-summary")).to_contain_text(f"CommitLog: {files['segments']} segment")
+    newest = files["files"][-1]["name"]
+    expect(page.locator(f'#store-table tr[data-segment="{newest}"] td').first).to_have_text(newest)
+    assert_reachable(page, page.locator("#store-table"))
+    assert_no_horizontal_overflow(page)
+    shoot(page, "clusters-registry-and-store", "clusters")
+
+
 def test_a_pending_transaction_is_committed_from_the_console(
     pages: Pages, broker: BrokerProcess, client: httpx.Client
 ) -> None:
@@ -276,6 +366,49 @@ def test_a_push_subscription_shows_its_errors_and_is_paused_and_resumed(
     client.delete(f"/v1/groups/{group}/push")
 
 
+@pytest.mark.parametrize("size", VIEWPORTS)
+def test_a_topics_queues_and_permission_are_changed_from_its_row(
+    pages: Pages, broker: BrokerProcess, client: httpx.Client, size: tuple[int, int]
+) -> None:
+    topic = f"ops-change-{size[0]}"
+    make_topic(client, topic, 4)
+    produce(client, topic, {"body": "in queue 3", "queue_id": 3})
+    page = open_console(pages, broker, size)
+    row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+    assert_reachable(page, row.locator("button.change-topic"))
+    row.locator("button.change-topic").click()
+    expect(page.locator("#change-topic-name")).to_have_value(topic)
+    expect(page.locator("#change-topic-write")).to_have_value("4")
+    assert_reachable(page, page.locator("#change-topic"))
+
+    # The broker's refusal, in its words: read queues may not go under the write queues.
+    page.fill("#change-topic-read", "2")
+    page.click("#change-topic")
+    result = page.locator("#change-topic-result")
+    expect(result).to_contain_text("refused: 40012: read queues (2) may not be fewer than write queues (4)")
+    assert client.get(f"/v1/topics/{topic}").json()["read_queues"] == 4
+
+    page.fill("#change-topic-read", "4")
+    page.fill("#change-topic-write", "2")
+    page.select_option("#change-topic-perm", "4")
+    page.click("#change-topic")
+    expect(result).to_have_text(f"changed {topic}: 4 read / 2 write queues, perm 4")
+    assert client.get(f"/v1/topics/{topic}").json() == {
+        "name": topic,
+        "read_queues": 4,
+        "write_queues": 2,
+        "perm": 4,
+        "order": False,
+    }
+    expect(row.locator("td").nth(1)).to_have_text("4 / 2")
+    expect(row.locator("td").nth(2)).to_have_text("4")
+    refused = client.post(f"/v1/topics/{topic}/messages", json={"body": "to a read-only topic"})
+    assert refused.status_code == 409, refused.text
+    assert bodies(client, topic, 3) == ["in queue 3"]  # the dropped write queue is still read
+    assert_no_horizontal_overflow(page)
+    shoot(page, "topics-changed", "topics")
+
+
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     master = BrokerProcess(tmp_path / "master").start()
@@ -310,6 +443,10 @@ def test_the_cluster_page_shows_a_slaves_lag_and_a_refused_promotion(
             page = open_console(pages, master)
             row = page.locator('#slaves-table tr[data-slave="1"]')
             expect(row.locator("td").nth(3)).to_have_text(f"{lag:,}")
+            # The lag in time: the age of the oldest message the stopped slave lacks, in seconds.
+            expect(row.locator("td").nth(4)).to_have_text(
+                re.compile(r"^[1-9][0-9]*\.[0-9] s$"), timeout=10_000
+            )
             expect(page.locator("#ha-role")).to_have_text("ASYNC_MASTER")
             expect(page.locator("#disk-writable")).to_have_text("accepted")
 
@@ -329,19 +466,48 @@ def test_the_cluster_page_shows_a_slaves_lag_and_a_refused_promotion(
             what="the slave to catch up",
         )
         expect(row.locator("td").nth(3)).to_have_text("0", timeout=20_000)
+        expect(row.locator("td").nth(4)).to_have_text("0.0 s")
 
     on_slave = open_console(pages, slave)
     expect(on_slave.locator("#ha-role")).to_have_text("SLAVE")
     expect(on_slave.locator("#ha-master")).to_contain_text(f"slave of {master.url} (connected)")
+    expect(on_slave.locator("#ha-master")).to_contain_text("its master is alive (connected)")
+
+    # The slave's master is alive: the broker refuses the promotion, and the page offers to force it.
+    expect(on_slave.locator("#promote-force")).to_be_hidden()
+    on_slave.click("#promote")
+    on_slave.click("#promote")
+    result = on_slave.locator("#promote-result")
+    expect(result).to_contain_text(f"refused: 40941: the master {master.url} of ")
+    expect(result).to_contain_text("is alive: this slave is connected to it")
+    assert httpx.get(f"{slave.url}/v1/admin/ha").json()["role"] == "SLAVE"
+    shoot(on_slave, "clusters-slave-promotion-refused", "clusters")
+    force = on_slave.locator("#promote-force")
+    assert_reachable(on_slave, force)
+    force.click()
+    expect(force).to_have_text("Yes, force it: the live master is fenced and steps down")
+    force.press("Escape")
+    expect(result).to_have_text("promotion cancelled")
+    assert httpx.get(f"{slave.url}/v1/admin/ha").json()["role"] == "SLAVE"
+    force.click()
+    force.click()
+    expect(result).to_contain_text("promoted: ASYNC_MASTER in epoch ")
+    promoted = httpx.get(f"{slave.url}/v1/admin/ha").json()
+    assert promoted["role"] == "ASYNC_MASTER"
+    expect(result).to_have_text(f"promoted: ASYNC_MASTER in epoch {promoted['epoch']}")
+    expect(on_slave.locator("#ha-role")).to_have_text("ASYNC_MASTER")
+    expect(force).to_be_hidden()
 
 
-def shoot(page: Any, name: str) -> Path:
-    """A picture of the window's width of ``name``, or of one view (``#name``) when it is one."""
+def shoot(page: Any, name: str, view: str | None = None) -> Path:
+    """A picture of the window's width of ``name``, or of one view (``#name``, or ``#view``) when it
+    is one."""
     width = page.viewport_size["width"]
     SHOTS_DIR.mkdir(parents=True, exist_ok=True)
     path = SHOTS_DIR / f"{name}-{width}.png"
-    if name in VIEWS:
-        page.locator(f"#{name}").screenshot(path=str(path))
+    view = view or (name if name in VIEWS else None)
+    if view is not None:
+        page.locator(f"#{view}").screenshot(path=str(path))
     else:
         page.screenshot(path=str(path), full_page=True)
     return path

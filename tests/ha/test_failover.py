@@ -157,6 +157,33 @@ def test_cancel_tasks_keeps_the_callers_own_cancellation() -> None:
     asyncio.run(scenario())
 
 
+def test_a_manual_promotion_is_refused_while_the_master_holds_its_lease_unless_forced(
+    tmp_path: Path, registry: str
+) -> None:
+    """The master is alive and renews its lease: a promotion of its slave is refused, naming the
+    master and when its lease would end; forced, it goes through and the old master is fenced."""
+    master, slave = start_pair(tmp_path, registry)
+    try:
+        wait_until(lambda: ha(slave)["master_lease_left_ms"] is not None, what="the slave to read the record")
+        refused = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
+        assert refused.status_code == 409, refused.text
+        answer = refused.json()
+        assert answer["error_code"] == 40941 and answer["master_url"] == master.url, answer
+        assert 0 < answer["lease_ends_in_ms"] <= FAILOVER_S * 1000, answer
+        assert f"the master {master.url} of broker-ha is alive" in answer["message"], answer
+        # Nothing changed: the slave is still one, in epoch 0.
+        assert ha(slave)["role"] == "SLAVE" and registry_row(registry, "epoch") == 0
+        assert ha(slave)["master_alive"]
+
+        forced = httpx.post(f"{slave.url}/v1/admin/ha/promote", params={"force": "true"}, timeout=30)
+        assert forced.status_code == 200, forced.text
+        assert (forced.json()["role"], forced.json()["epoch"]) == ("ASYNC_MASTER", 1)
+        wait_until(lambda: ha(master)["role"] == "SLAVE", what="the old master to be fenced")
+    finally:
+        slave.kill()
+        master.kill()
+
+
 def test_a_promoted_slave_takes_writes_and_the_old_master_rejoins_cutting_what_it_alone_had(
     tmp_path: Path, registry: str
 ) -> None:
@@ -170,6 +197,8 @@ def test_a_promoted_slave_takes_writes_and_the_old_master_rejoins_cutting_what_i
         master.kill()
         slave.start()
 
+        # The restarted slave counts the master alive until it has seen its lease stand still.
+        wait_until(lambda: not ha(slave)["master_alive"], what="the dead master's lease to end")
         promoted = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
         assert promoted.status_code == 200, promoted.text
         assert (promoted.json()["role"], promoted.json()["epoch"]) == ("ASYNC_MASTER", 1)
@@ -447,7 +476,10 @@ def test_two_slaves_promoted_at_once_one_wins_and_the_other_is_refused_in_time(
         def promote(number: int, slave: BrokerProcess) -> None:
             start.wait()
             try:
-                answers[number] = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=20)
+                # Forced: the race is the subject, not the lease, which is still current.
+                answers[number] = httpx.post(
+                    f"{slave.url}/v1/admin/ha/promote", params={"force": "true"}, timeout=20
+                )
             except httpx.HTTPError as error:
                 answers[number] = error
 

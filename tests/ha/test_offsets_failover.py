@@ -50,6 +50,7 @@ def test_a_former_master_does_not_hand_the_new_master_offsets_past_what_they_sha
         master.stop()  # a graceful stop: the offset is on its disk
 
         slave.start()
+        wait_until(lambda: not ha(slave)["master_alive"], what="the stopped master's lease to end")
         promoted = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
         assert promoted.status_code == 200, promoted.text
         send(slave.url, [f"new-{n}" for n in range(3)])  # queue offsets 4..6, as the lost ones had

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def test_the_slave_holds_the_masters_commitlog_byte_for_byte(
             "broker_id": 1,
             "acked_offset": state["commitlog_max_offset"],
             "lag_bytes": 0,
+            "lag_ms": 0,
             "in_sync": True,
         }
     ]
@@ -89,6 +91,31 @@ def test_the_slave_holds_the_masters_commitlog_byte_for_byte(
     assert slave_state["role"] == "SLAVE"
     assert slave_state["master_url"] == master.url
     assert slave_state["broker_id"] == 1
+
+
+def test_a_stopped_slaves_lag_in_time_is_the_age_of_the_oldest_record_it_lacks(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    master, slave = pair
+    wait_until(lambda: ha(master)["slaves"], what="the slave to connect")
+    assert slave.process is not None
+    os.kill(slave.process.pid, signal.SIGSTOP)  # it stops acknowledging
+    try:
+        first = produce(master, ["the first it lacks"]).json()["results"][0]
+        stored_ms = httpx.get(f"{master.url}/v1/messages/{first['msg_id']}").json()["store_timestamp"]
+        produce(master, ["a later one"])
+
+        def lag() -> tuple[int, int, int]:
+            before = int(time.time() * 1000)
+            answer = ha(master)["slaves"][0]["lag_ms"]
+            return before, answer, int(time.time() * 1000)
+
+        # It grows with the time since the first message it lacks was stored, not since the last.
+        before, lag_ms, after = wait_until(lambda: (found := lag())[1] >= 1000 and found, what="the lag")
+        assert before - stored_ms <= lag_ms <= after - stored_ms
+    finally:
+        os.kill(slave.process.pid, signal.SIGCONT)
+    wait_until(lambda: ha(master)["slaves"][0]["lag_ms"] == 0, what="the slave to catch up")
 
 
 def test_a_slave_refuses_produce_naming_its_master(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
@@ -178,9 +205,18 @@ def test_topics_follow_the_master_and_a_slave_refuses_to_change_them(
     copied = wait_until(lambda: topic_config(slave, "later"), what="the new topic to reach the slave")
     assert copied == topic_config(master, "later")
 
+    changed = httpx.put(
+        f"{master.url}/v1/topics/later", json={"read_queues": 5, "write_queues": 2, "perm": 4}
+    )
+    assert changed.status_code == 200, changed.text
+    wait_until(
+        lambda: topic_config(slave, "later") == changed.json(), what="the topic's change to reach the slave"
+    )
+
     refused_create = httpx.post(f"{slave.url}/v1/topics", json={"name": "mine", "queues": 1})
     refused_delete = httpx.delete(f"{slave.url}/v1/topics/later")
-    for refused in (refused_create, refused_delete):
+    refused_change = httpx.put(f"{slave.url}/v1/topics/later", json={"queues": 1})
+    for refused in (refused_create, refused_delete, refused_change):
         assert (refused.status_code, refused.json()["error_code"]) == (421, 42101), refused.text
         assert refused.headers["location"] == master.url
     assert topic_config(slave, "mine") is None and topic_config(slave, "later") is not None

@@ -70,7 +70,8 @@ def test_a_promoted_slave_pushes_its_masters_subscriptions(
             )
 
             master.kill()
-            promoted = on_slave.post("/v1/admin/ha/promote")
+            # Forced: the subject is the pushes, not the lease the dead master still holds.
+            promoted = on_slave.post("/v1/admin/ha/promote", params={"force": "true"})
             assert promoted.status_code == 200, promoted.text
             produce(on_slave, TOPIC, {"body": '{"step": "after"}', "queue_id": 0})
 

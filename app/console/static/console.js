@@ -4,10 +4,12 @@ import { ApiError, api, clearCredentials, credentials, on, saveCredentials, tail
 import { drawRates } from "./chart.js";
 import { cell, el, formatTime, messageHead, messageRow, messageTable, setBodyFormat } from "./messages.js";
 import {
-  access, applyAccess, cancelPromote, closeGroup, currentGroup, loadAccess, moreDeadLetters, promoteClicked,
-  refreshGroup, renderDelays, renderReplication, renderTransactions, resendAll, runningMembers, showDeadLetters,
+  access, applyAccess, cancelPromote, closeGroup, forceClicked, currentGroup, loadAccess, moreDeadLetters, pressTwice, promoteClicked,
+  refreshGroup, renderDelays, renderReplication, renderTransactions, resendAll, runningMembers, showDeadLetters, skipAll,
   showGroup,
 } from "./operator.js";
+import { changeTopic, fillTopicChange } from "./topic_change.js";
+import { formatNumber } from "./view.js";
 
 const REFRESH_MS = 2000;
 const RATE_WINDOW_MS = 120_000;
@@ -20,10 +22,6 @@ const PAGE = 100;
 const DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h";
 
 const $ = (selector) => document.querySelector(selector);
-
-function formatNumber(value) {
-  return Number(value).toLocaleString("en-US");
-}
 
 function replaceRows(tbody, rows, empty = "none yet") {
   if (rows.length) {
@@ -202,7 +200,8 @@ function turnPage(name, forward) {
 // The topic whose delete waits for a second click; it survives the table's redraws.
 let confirmingDelete = null;
 
-function topicActions(name) {
+function topicActions(topic) {
+  const name = topic.name;
   if (confirmingDelete === name) {
     // The name typed again, as the broker cannot take a delete back.
     const typed = el("input", { className: "confirm-name", "aria-label": `type ${name} to confirm`, placeholder: name, autocomplete: "off" });
@@ -228,13 +227,17 @@ function topicActions(name) {
     ]);
   }
   const browse = el("button", { type: "button", className: "browse", text: "Messages" });
+  // A group's retry and dead-letter topics are the broker's: it refuses to change them.
+  const change = name.startsWith("%RETRY%") || name.startsWith("%DLQ%")
+    ? null : el("button", { type: "button", className: "change-topic admin-only", text: "Change" });
   const remove = el("button", { type: "button", className: "danger delete-topic admin-only", text: "Delete" });
   browse.addEventListener("click", () => browseTopic(name));
+  change?.addEventListener("click", () => fillTopicChange(topic));
   remove.addEventListener("click", () => {
     confirmingDelete = name;
     refresh();
   });
-  return el("div", { className: "actions" }, [browse, remove]);
+  return el("div", { className: "actions" }, change ? [browse, change, remove] : [browse, remove]);
 }
 
 function groupActions(group, topic) {
@@ -255,6 +258,13 @@ function groupActions(group, topic) {
   return el("div", { className: "actions" }, [details, letters, reset]);
 }
 
+/** A queue's produce rate as the broker measured it since an earlier look; nothing before that. */
+function rateText(queue) {
+  const rate = queue.produce_rate_per_s;
+  if (rate === null || rate === undefined) return "";
+  return `, ${rate >= 10 ? Math.round(rate) : rate.toFixed(1)}/s`;
+}
+
 function renderTopics(page) {
   updateRows($("#topics-table tbody"), page.topics, (topic) => topic.name, (topic) => el("tr", { "data-topic": topic.name }, [
     cell("topic", topic.name, "name"),
@@ -262,8 +272,8 @@ function renderTopics(page) {
     cell("perm", `${topic.perm}${topic.order ? ", ordered" : ""}`),
     cell("messages", topic.messages === null ? "-" : formatNumber(topic.messages)),
     cell("queues", topic.queues.map((queue) =>
-      el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}` }))),
-    cell("actions", topicActions(topic.name)),
+      el("span", { className: "queue", text: `#${queue.queue_id}: ${queue.min_offset}..${queue.max_offset}${rateText(queue)}` }))),
+    cell("actions", topicActions(topic)),
   ]), searches.topics ? `no topic name contains ${searches.topics}` : "no topic yet");
   paging.topics.next = page.next_cursor ?? null;
   showPage("topics", page.total, page.topics.length);
@@ -738,6 +748,7 @@ $("#notice-close").addEventListener("click", () => {
   $("#notice-list").replaceChildren();
 });
 $("#create-topic-form").addEventListener("submit", createTopic);
+$("#change-topic-form").addEventListener("submit", (event) => changeTopic(event, refresh));
 $("#browse-form").addEventListener("submit", browse);
 $("#reset-to").addEventListener("change", updateResetFields);
 $("#reset-form").addEventListener("submit", resetOffsets);
@@ -764,15 +775,19 @@ $("#dlq-form").addEventListener("submit", (event) => {
   showDeadLetters($("#dlq-group").value.trim());
 });
 $("#dlq-resend-all").addEventListener("click", resendAll);
+pressTwice($("#dlq-skip-all"), "Yes, skip every dead letter", skipAll);
 $("#dlq-more").addEventListener("click", moreDeadLetters);
 $("#tx-form").addEventListener("submit", (event) => {
   event.preventDefault();
   renderTransactions();
 });
 $("#promote").addEventListener("click", promoteClicked);
-$("#promote").addEventListener("keydown", (event) => {
-  if (event.key === "Escape") cancelPromote();
-});
+$("#promote-force").addEventListener("click", forceClicked);
+for (const id of ["#promote", "#promote-force"]) {
+  $(id).addEventListener("keydown", (event) => {
+    if (event.key === "Escape") cancelPromote();
+  });
+}
 $("#body-format").addEventListener("change", () => {
   setBodyFormat($("#body-format").value);
   if ($("#browse-topic").value.trim()) browse();

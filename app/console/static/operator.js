@@ -3,36 +3,13 @@
 // the broker's HTTP API through api.js, so a script can do the same.
 import { api } from "./api.js";
 import { bodyView, cell, el, formatTime } from "./messages.js";
+import { renderMachinery, renderPopInFlight } from "./machinery.js";
+import { formatAge, formatNumber, rows, say } from "./view.js";
 
 const $ = (selector) => document.querySelector(selector);
 const DLQ_PAGE = 50;
 const RETRY_ROWS = 50;
 
-function formatNumber(value) {
-  return Number(value).toLocaleString("en-US");
-}
-
-function say(node, text, bad = false) {
-  node.textContent = text;
-  node.classList.toggle("error", bad);
-  node.classList.toggle("muted", !bad);
-}
-
-function rows(tbody, items, empty) {
-  if (items.length) {
-    tbody.replaceChildren(...items);
-    return;
-  }
-  const columns = tbody.closest("table").querySelectorAll("thead th").length;
-  tbody.replaceChildren(el("tr", { className: "empty" }, [el("td", { colspan: String(columns), className: "muted", text: empty })]));
-}
-
-export function formatAge(ms) {
-  const seconds = Math.max(0, Math.round(ms / 1000));
-  if (seconds < 120) return `${seconds} s`;
-  const minutes = Math.round(seconds / 60);
-  return minutes < 120 ? `${minutes} min` : `${Math.round(minutes / 60)} h`;
-}
 
 // -- access: what this account may do ----------------------------------------------------------
 
@@ -119,6 +96,7 @@ export async function showGroup(group, { focus = true } = {}) {
   } catch (error) {
     if (shownGroup === group) say(state, error.message, true);
   }
+  if (shownGroup === group) renderPopInFlight(group, access.admin);
 }
 
 export function refreshGroup() {
@@ -147,7 +125,30 @@ export async function runningMembers(group) {
 
 // -- dead letters and retries ------------------------------------------------------------------
 
-let dlq = { group: null, next: 0, shown: [] };
+let dlq = { group: null, next: 0, shown: [], mark: 0 };
+
+/** `button` asks to be pressed twice: the first press shows `question`, the second does
+ * `action()`; Escape gives up. For what the broker cannot take back. */
+export function pressTwice(button, question, action) {
+  const disarm = () => {
+    if (button.dataset.armed !== "true") return;
+    button.dataset.armed = "false";
+    button.textContent = button.dataset.text;
+  };
+  button.addEventListener("click", () => {
+    if (button.dataset.armed !== "true") {
+      button.dataset.armed = "true";
+      button.dataset.text = button.textContent;
+      button.textContent = question;
+      return;
+    }
+    disarm();
+    action();
+  });
+  button.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") disarm();
+  });
+}
 export const MAX_RESEND = 1000; // the broker's cap on one resend of all (app.broker.dead_letter.MAX_RESEND)
 
 function retryTopic(group) {
@@ -157,8 +158,17 @@ function retryTopic(group) {
 function deadLetterRow(letter, group) {
   const resend = el("button", { type: "button", className: "resend admin-write", text: "Resend" });
   resend.addEventListener("click", () => resendLetters(group, [letter.msg_id]));
+  const actions = [resend];
+  const passed = letter.queue_offset < dlq.mark;
+  if (passed) {
+    actions.push(el("span", { className: "muted passed", text: "passed (resent or skipped)" }));
+  } else {
+    const skip = el("button", { type: "button", className: "skip admin-only", text: "Skip through here" });
+    pressTwice(skip, `Yes, skip offsets ..${letter.queue_offset}`, () => skipLetters(group, letter.queue_offset));
+    actions.push(skip);
+  }
   const message = letter.message;
-  return el("tr", { "data-msg-id": letter.msg_id }, [
+  return el("tr", { "data-msg-id": letter.msg_id, className: passed ? "passed" : "" }, [
     cell("offset", String(letter.queue_offset)),
     cell("original topic", letter.original_topic),
     cell("reconsume times", String(letter.reconsume_times)),
@@ -166,13 +176,13 @@ function deadLetterRow(letter, group) {
     cell("tags / keys", [message.tags || "", " ", (message.keys || []).join(" ")].join("").trim() || "-"),
     cell("body", bodyView(message), "body-cell"),
     cell("msg id", letter.msg_id, "id msg-id"),
-    cell("actions", el("div", { className: "actions" }, [resend])),
+    cell("actions", el("div", { className: "actions" }, actions)),
   ]);
 }
 
 export async function showDeadLetters(group, { more = false } = {}) {
   const state = $("#dlq-state");
-  if (!more || dlq.group !== group) dlq = { group, next: 0, shown: [] };
+  if (!more || dlq.group !== group) dlq = { group, next: 0, shown: [], mark: 0 };
   $("#dlq-group").value = group;
   try {
     const page = await api(`read the dead letters of ${group}`, (client) => client.request("get", "/v1/groups/{group}/dlq", {
@@ -181,13 +191,15 @@ export async function showDeadLetters(group, { more = false } = {}) {
     if (dlq.group !== group) return;
     dlq.shown.push(...page.dead_letters);
     dlq.next = page.next_offset;
+    dlq.mark = page.resent_until;
     rows($("#dlq-table tbody"), dlq.shown.map((letter) => deadLetterRow(letter, group)), `no dead letter in %DLQ%${group}`);
     applyAccess($("#dlq-table"));
     $("#dlq-more").hidden = page.dead_letters.length < DLQ_PAGE;
     $("#dlq-resend-all").disabled = !access.admin;
+    $("#dlq-skip-all").disabled = !access.admin;
     const cap = $("#dlq-cap");
     cap.hidden = false;
-    cap.textContent = `Dead letters below offset ${page.resent_until} were resent by an earlier "resend all". ` +
+    cap.textContent = `Dead letters below offset ${page.resent_until} were resent by an earlier "resend all" or skipped. ` +
       `One "resend all" sends at most ${formatNumber(MAX_RESEND)}; press it again for the rest.`;
     say(state, `${dlq.shown.length} dead letter${dlq.shown.length === 1 ? "" : "s"} of ${group} shown`);
   } catch (error) {
@@ -236,6 +248,27 @@ async function resendLetters(group, ids) {
   } catch (error) {
     say(state, error.message, true);
   }
+}
+
+/** Pass over the dead letters through `offset` (null: all), then show the list again. */
+async function skipLetters(group, offset) {
+  const state = $("#dlq-state");
+  const body = offset === null ? { all: true } : { through_offset: offset };
+  try {
+    const answer = await api(`skip dead letters of ${group}`, (client) => client.request("post", "/v1/groups/{group}/dlq/skip", {
+      path: { group }, body,
+    }));
+    await showDeadLetters(group);
+    say(state, answer.skipped
+      ? `skipped ${answer.skipped}: dead letters below offset ${answer.resent_until} are passed over`
+      : "nothing to skip: every dead letter was passed over already");
+  } catch (error) {
+    say(state, error.message, true);
+  }
+}
+
+export function skipAll() {
+  if (dlq.group) skipLetters(dlq.group, null);
 }
 
 export function resendAll() {
@@ -324,7 +357,13 @@ export async function renderDelays() {
 
 // -- replication and disk ----------------------------------------------------------------------
 
-let confirmingPromote = false;
+function masterLease(ha) {
+  if (!ha.master_alive) return "its master is not alive: a promotion goes through";
+  if (ha.master_lease_left_ms === null || ha.master_lease_left_ms === undefined) {
+    return "its master is alive (connected): a promotion is refused unless forced";
+  }
+  return `its master is alive (lease ends in ${formatAge(ha.master_lease_left_ms)} unless renewed): a promotion is refused unless forced`;
+}
 
 export async function renderReplication() {
   const note = $("#ha-note");
@@ -346,48 +385,84 @@ export async function renderReplication() {
     $("#disk-writable").classList.toggle("error", !disk.writable);
     $("#disk-used").title = `writes are refused above ${disk.refuse_writes_percent} % and accepted again at ${disk.accept_writes_percent} %`;
     $("#ha-master").textContent = ha.role === "SLAVE"
-      ? `slave of ${ha.master_url} (${ha.connected ? "connected" : "not connected"}), broker ${ha.broker_name} id ${ha.broker_id}`
+      ? `slave of ${ha.master_url} (${ha.connected ? "connected" : "not connected"}), broker ${ha.broker_name} id ${ha.broker_id}; ${masterLease(ha)}`
       : `master of ${ha.broker_name} (id ${ha.broker_id}); writes refused above ${disk.refuse_writes_percent} % disk use`;
     rows($("#slaves-table tbody"), ha.slaves.map((slave) => el("tr", { "data-slave": String(slave.broker_id) }, [
       cell("slave", slave.url),
       cell("id", String(slave.broker_id)),
       cell("acked offset", formatNumber(slave.acked_offset)),
       cell("lag (bytes)", formatNumber(slave.lag_bytes), slave.lag_bytes ? "lag" : ""),
+      cell("lag (time)", slave.lag_ms === null || slave.lag_ms === undefined ? "-" : `${(slave.lag_ms / 1000).toFixed(1)} s`, slave.lag_ms ? "lag" : ""),
       cell("in sync", slave.in_sync ? "yes" : "no", slave.in_sync ? "" : "error"),
     ])), ha.role === "SLAVE" ? "a slave has no slaves" : "no slave connected");
     note.textContent = "";
+    renderMachinery(access.admin);
   } catch (error) {
     note.textContent = `replication view unavailable: ${error.message}`;
   }
 }
 
-export function promoteClicked() {
-  const button = $("#promote");
-  const out = $("#promote-result");
-  if (!confirmingPromote) {
-    confirmingPromote = true;
-    button.textContent = "Yes, promote: make this broker the master";
-    say(out, "A promotion starts a new epoch; the old master's writes after it are cut. Press again to promote, Escape to cancel.");
+const MASTER_ALIVE = 40941;
+// The two promote buttons: each asks to be pressed twice; the forced one shows once a promotion was
+// refused because the master is alive.
+const PROMOTE_BUTTONS = {
+  promote: {
+    id: "#promote",
+    text: "Promote this broker to master",
+    question: "Yes, promote: make this broker the master",
+    warning: "A promotion starts a new epoch; the old master's writes after it are cut. Press again to promote, Escape to cancel.",
+    force: false,
+  },
+  force: {
+    id: "#promote-force",
+    text: "Force the promotion while the master is alive",
+    question: "Yes, force it: the live master is fenced and steps down",
+    warning: "A forced promotion does not wait for the master's lease: what the master takes until it sees the new epoch is cut. Press again to force, Escape to cancel.",
+    force: true,
+  },
+};
+const confirming = { promote: false, force: false };
+
+function pressed(kind) {
+  const button = PROMOTE_BUTTONS[kind];
+  if (!confirming[kind]) {
+    confirming[kind] = true;
+    $(button.id).textContent = button.question;
+    say($("#promote-result"), button.warning);
     return;
   }
-  confirmingPromote = false;
-  button.textContent = "Promote this broker to master";
-  promote();
+  confirming[kind] = false;
+  $(button.id).textContent = button.text;
+  promote(button.force);
+}
+
+export function promoteClicked() {
+  pressed("promote");
+}
+
+export function forceClicked() {
+  pressed("force");
 }
 
 export function cancelPromote() {
-  if (!confirmingPromote) return;
-  confirmingPromote = false;
-  $("#promote").textContent = "Promote this broker to master";
+  if (!confirming.promote && !confirming.force) return;
+  for (const [kind, button] of Object.entries(PROMOTE_BUTTONS)) {
+    confirming[kind] = false;
+    $(button.id).textContent = button.text;
+  }
   say($("#promote-result"), "promotion cancelled");
 }
 
-async function promote() {
+async function promote(force) {
   const out = $("#promote-result");
+  const forceButton = $("#promote-force");
   try {
-    const ha = await api("promote this broker", (client) => client.request("post", "/v1/admin/ha/promote"));
+    const query = force ? { force: "true" } : undefined;
+    const ha = await api("promote this broker", (client) => client.request("post", "/v1/admin/ha/promote", { query }));
+    forceButton.hidden = true;
     say(out, `promoted: ${ha.role} in epoch ${ha.epoch}`);
   } catch (error) {
+    forceButton.hidden = error.body?.error_code !== MASTER_ALIVE;
     say(out, `refused: ${error.message}`, true);
   }
   renderReplication();
