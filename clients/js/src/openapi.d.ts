@@ -86,7 +86,11 @@ export interface paths {
         };
         /** Describe a topic */
         get: operations["getTopic"];
-        put?: never;
+        /**
+         * Change a topic's queue numbers, permission or order flag on this broker
+         * @description Fields as a create names them; one left out keeps its value. More queues are added empty. Fewer write queues stop writes to the dropped queues, whose messages stay readable while the read queues cover them: read queues may not be fewer than write queues (400). A permission takes effect at once (a produce to a read-only topic answers 409 40902). The route registry and the slaves follow. A group's %RETRY% and %DLQ% topics and the broker's internal topics are refused (400 40005).
+         */
+        put: operations["updateTopic"];
         post?: never;
         /** Delete a topic and its queues on this broker */
         delete: operations["deleteTopic"];
@@ -102,7 +106,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Offsets of every queue of a topic */
+        /** Offsets of every queue of a topic, and the rate messages are stored at in each */
         get: operations["listQueues"];
         put?: never;
         post?: never;
@@ -345,6 +349,26 @@ export interface paths {
         put?: never;
         /** Send dead letters back to the topics they were produced to: chosen ones, or all not resent yet */
         post: operations["resendDeadLetters"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group}/dlq/skip": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pass over dead letters without resending them: all, or up to and including one offset
+         * @description Moves the group's mark on %DLQ%{group} (the one a resend of all moves) past the dead letters; never back. The letters stay stored (and listed) until retention deletes them; a resend of all starts after them.
+         */
+        post: operations["skipDeadLetters"];
         delete?: never;
         options?: never;
         head?: never;
@@ -712,6 +736,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/registry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The route registry's health: its kind, whether it answers, its last heartbeat */
+        get: operations["getRegistryHealth"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/store": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The store's files: the latest CommitLog segments, and ConsumeQueue and index totals */
+        get: operations["getStoreFiles"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/groups/{group}/pop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A group's pop messages in flight (popped, not acked yet), per topic and queue */
+        get: operations["getPopInFlight"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/ha": {
         parameters: {
             query?: never;
@@ -738,7 +813,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Replication: make this slave the master of its broker name, in a new epoch */
+        /**
+         * Replication: make this slave the master of its broker name, in a new epoch
+         * @description Refused (409, 40941) while the slave's master is alive - its lease in the route registry is current, or without a registry the slave is connected to it - unless `force=true`; refused (409, 40940) on a master, or when another broker of the name was promoted first.
+         */
         post: operations["promoteSlave"];
         delete?: never;
         options?: never;
@@ -919,6 +997,12 @@ export interface components {
             messages: number;
             /** Queues */
             queues: components["schemas"]["QueueRange"][];
+            /**
+             * Rate Window S
+             * @description The seconds the queues' rates cover; 0: none yet
+             * @default 0
+             */
+            rate_window_s?: number;
         };
         /** AdminTopicPage */
         AdminTopicPage: {
@@ -1050,6 +1134,33 @@ export interface components {
         ClusterList: {
             /** Clusters */
             clusters: components["schemas"]["Cluster"][];
+        };
+        /** CommitLogFiles */
+        CommitLogFiles: {
+            /**
+             * Segments
+             * @description Segments on disk
+             */
+            segments: number;
+            /**
+             * Bytes
+             * @description Their sizes added up
+             */
+            bytes: number;
+            /** Min Offset */
+            min_offset: number;
+            /** Max Offset */
+            max_offset: number;
+            /**
+             * Segment Bytes
+             * @description The size of a new segment (WHARF_COMMITLOG_FILE_SIZE)
+             */
+            segment_bytes: number;
+            /**
+             * Files
+             * @description The latest segments, oldest first, at most `segments`
+             */
+            files: components["schemas"]["SegmentOut"][];
         };
         /** DeadLetter */
         DeadLetter: {
@@ -1198,6 +1309,7 @@ export interface components {
          *     - `40920` TRANSACTION_ENDED: The transaction was committed or rolled back already; nothing was changed. The answer carries transaction_id and state (COMMITTED, ROLLED_BACK, or null when no longer known).
          *     - `40930` QUEUE_NOT_LOCKED: An ordered member committed a queue whose lock it does not hold (it expired, was released, or another member holds it): nothing was committed; lock the queue again (POST /v1/groups/{group}/locks).
          *     - `40940` PROMOTION_REFUSED: The broker is its name's master already, or another broker of its name was promoted first (the epoch moved on); nothing was changed.
+         *     - `40941` MASTER_ALIVE: A manual promotion of a slave whose master is alive: its lease in the route registry is current (it ends `lease_ends_in_ms` from now, on the slave's clock), or, without a registry, the slave is connected to it. `master_url` names it; nothing was changed. Stop the master and wait for the lease to end, or promote with `force=true`.
          *     - `40950` TOO_MANY_PUSH_SUBSCRIPTIONS: A new push subscription would pass the broker's cap on them (WHARF_PUSH_MAX_SUBSCRIPTIONS); nothing was created.
          *     - `41301` MESSAGE_TOO_LARGE: A message body is over the maximum message size.
          *     - `41302` PROPERTIES_TOO_LARGE: A message's encoded properties are over 32,767 bytes.
@@ -1219,7 +1331,7 @@ export interface components {
          *     - `50701` DISK_FULL: The store's disk is over its refuse-writes ratio or has no room for a new segment: nothing of the request was stored; writes are accepted again once space returns, reads keep working.
          * @enum {integer}
          */
-        ErrorCode: 40001 | 40002 | 40003 | 40004 | 40005 | 40006 | 40007 | 40008 | 40009 | 40010 | 40011 | 40012 | 40013 | 40014 | 40015 | 40016 | 40101 | 40301 | 40305 | 40401 | 40402 | 40403 | 40404 | 40405 | 40406 | 40407 | 40408 | 40410 | 40501 | 40601 | 40801 | 40810 | 40811 | 40901 | 40902 | 40903 | 40904 | 40905 | 40906 | 40910 | 40920 | 40930 | 40940 | 40950 | 41301 | 41302 | 41303 | 41304 | 41310 | 41401 | 41501 | 42101 | 42201 | 42901 | 43101 | 50001 | 50301 | 50302 | 50303 | 50304 | 50305 | 50701;
+        ErrorCode: 40001 | 40002 | 40003 | 40004 | 40005 | 40006 | 40007 | 40008 | 40009 | 40010 | 40011 | 40012 | 40013 | 40014 | 40015 | 40016 | 40101 | 40301 | 40305 | 40401 | 40402 | 40403 | 40404 | 40405 | 40406 | 40407 | 40408 | 40410 | 40501 | 40601 | 40801 | 40810 | 40811 | 40901 | 40902 | 40903 | 40904 | 40905 | 40906 | 40910 | 40920 | 40930 | 40940 | 40941 | 40950 | 41301 | 41302 | 41303 | 41304 | 41310 | 41401 | 41501 | 42101 | 42201 | 42901 | 43101 | 50001 | 50301 | 50302 | 50303 | 50304 | 50305 | 50701;
         /**
          * ErrorEnvelope
          * @example {
@@ -1271,6 +1383,13 @@ export interface components {
              * @default null
              */
             max_offset?: number | null;
+        };
+        /** FileTotals */
+        FileTotals: {
+            /** Files */
+            files: number;
+            /** Bytes */
+            bytes: number;
         };
         /**
          * FilterBody
@@ -1415,6 +1534,17 @@ export interface components {
              * @description A master: its connected slaves
              */
             slaves: components["schemas"]["SlaveOut"][];
+            /**
+             * Master Alive
+             * @description A slave: its master holds its lease in the route registry (without a registry: the slave is connected to it); a promotion without force=true is refused while it does
+             * @default false
+             */
+            master_alive?: boolean;
+            /**
+             * Master Lease Left Ms
+             * @description A slave under a route registry: how long its master's lease still counts as current on this slave's clock (it must stand still for WHARF_HA_FAILOVER_S)
+             */
+            master_lease_left_ms?: number | null;
         };
         /** HandleResult */
         HandleResult: {
@@ -1914,6 +2044,55 @@ export interface components {
             /** Transactions */
             transactions: components["schemas"]["OpenTransactionOut"][];
         };
+        /** PopInFlight */
+        PopInFlight: {
+            /** Group */
+            group: string;
+            /** Now Ms */
+            now_ms: number;
+            /**
+             * In Flight
+             * @description Over every queue
+             */
+            in_flight: number;
+            /**
+             * Queues
+             * @description The queues with messages in flight
+             */
+            queues: components["schemas"]["PopQueueOut"][];
+        };
+        /** PopQueueOut */
+        PopQueueOut: {
+            /** Topic */
+            topic: string;
+            /** Queue Id */
+            queue_id: number;
+            /**
+             * In Flight
+             * @description Messages popped and not acked yet
+             */
+            in_flight: number;
+            /**
+             * Invisible
+             * @description Of those, the ones still within their invisible time
+             */
+            invisible: number;
+            /**
+             * Visible Again
+             * @description Of those, the ones whose invisible time passed: popped again next, or dead-lettered
+             */
+            visible_again: number;
+            /**
+             * Next Deadline Ms
+             * @description When the next invisible time ends
+             */
+            next_deadline_ms?: number | null;
+            /**
+             * Popped Until
+             * @description The first queue offset never popped
+             */
+            popped_until: number;
+        };
         /**
          * PopRequest
          * @example {
@@ -2308,12 +2487,30 @@ export interface components {
             /** Topic Sys Flag */
             topic_sys_flag: number;
         };
+        /** QueueFileTotals */
+        QueueFileTotals: {
+            /** Files */
+            files: number;
+            /** Bytes */
+            bytes: number;
+            /**
+             * Queues
+             * @description ConsumeQueues (topic and queue id pairs) with a directory
+             */
+            queues: number;
+        };
         /** QueueList */
         QueueList: {
             /** Topic */
             topic: string;
             /** Queues */
             queues: components["schemas"]["QueueOffsets"][];
+            /**
+             * Rate Window S
+             * @description The seconds the rates cover (at most 60): since the oldest sample kept; 0: none yet
+             * @default 0
+             */
+            rate_window_s?: number;
         };
         /** QueueOffsets */
         QueueOffsets: {
@@ -2325,6 +2522,11 @@ export interface components {
             max_offset: number;
             /** Last Store Timestamp */
             last_store_timestamp: number | null;
+            /**
+             * Produce Rate Per S
+             * @description Messages stored per second over `rate_window_s`, from the offsets sampled by earlier requests; null on a first request
+             */
+            produce_rate_per_s?: number | null;
         };
         /** QueueRange */
         QueueRange: {
@@ -2334,6 +2536,11 @@ export interface components {
             min_offset: number;
             /** Max Offset */
             max_offset: number;
+            /**
+             * Produce Rate Per S
+             * @description Messages stored per second over the topic's `rate_window_s` (null: first look)
+             */
+            produce_rate_per_s?: number | null;
         };
         /** QueueRef */
         QueueRef: {
@@ -2349,6 +2556,41 @@ export interface components {
              * @constant
              */
             status: "ready";
+        };
+        /** RegistryHealth */
+        RegistryHealth: {
+            /**
+             * Configured
+             * @description Whether this broker has a route registry (WHARF_DATABASE_URL)
+             */
+            configured: boolean;
+            /**
+             * Kind
+             * @description The registry's database: sqlite or postgresql
+             */
+            kind?: string | null;
+            /**
+             * Reachable
+             * @description Whether it answers now (asked at most once a second)
+             */
+            reachable?: boolean | null;
+            /**
+             * Last Error
+             * @description Why the last call failed, while it does not answer
+             */
+            last_error?: string | null;
+            /**
+             * Last Heartbeat Ms
+             * @description When it last took this broker's registration (heartbeat), ms since the epoch
+             */
+            last_heartbeat_ms?: number | null;
+            /** Heartbeat Interval S */
+            heartbeat_interval_s?: number | null;
+            /**
+             * Published
+             * @description False while a topic change waits for the next heartbeat to reach it
+             */
+            published?: boolean | null;
         };
         /** ResendAnswer */
         ResendAnswer: {
@@ -2447,6 +2689,63 @@ export interface components {
             /** Offset */
             offset: number;
         };
+        /** SegmentOut */
+        SegmentOut: {
+            /**
+             * Name
+             * @description The file's name: its first CommitLog offset, 20 digits
+             */
+            name: string;
+            /** From Offset */
+            from_offset: number;
+            /**
+             * Size Bytes
+             * @description The file's size (preallocated)
+             */
+            size_bytes: number;
+            /**
+             * Written Bytes
+             * @description How much of it holds records
+             */
+            written_bytes: number;
+        };
+        /** SkipAnswer */
+        SkipAnswer: {
+            /** Group */
+            group: string;
+            /**
+             * Skipped
+             * @description How many dead letters the mark passed now
+             */
+            skipped: number;
+            /**
+             * Resent Until
+             * @description The mark: dead letters below it were resent or skipped
+             */
+            resent_until: number;
+        };
+        /**
+         * SkipRequest
+         * @example {
+         *       "all": true
+         *     }
+         * @example {
+         *       "through_offset": 41
+         *     }
+         */
+        SkipRequest: {
+            /**
+             * All
+             * @description Pass over every dead letter stored now
+             * @default false
+             */
+            all?: boolean;
+            /**
+             * Through Offset
+             * @description Pass over every dead letter up to and including this queue offset
+             */
+            through_offset?: number | null;
+        };
         /** SlaveOut */
         SlaveOut: {
             /**
@@ -2467,10 +2766,21 @@ export interface components {
              */
             lag_bytes: number;
             /**
+             * Lag Ms
+             * @description How long ago this master stored the oldest record the slave does not hold (its store timestamp, at the slave's acknowledged offset, against this master's clock); 0 when the slave holds everything, null when that record is no longer stored
+             */
+            lag_ms?: number | null;
+            /**
              * In Sync
              * @description Whether the slave is close enough to count for SYNC_MASTER
              */
             in_sync: boolean;
+        };
+        /** StoreFiles */
+        StoreFiles: {
+            commitlog: components["schemas"]["CommitLogFiles"];
+            consume_queues: components["schemas"]["QueueFileTotals"];
+            index: components["schemas"]["FileTotals"];
         };
         /** TimerOut */
         TimerOut: {
@@ -2682,6 +2992,44 @@ export interface components {
              * @default false
              */
             order?: boolean;
+        };
+        /**
+         * TopicUpdate
+         * @description A change of a topic's queue numbers, permission or order flag; a field left out keeps its value.
+         * @example {
+         *       "read_queues": 8,
+         *       "write_queues": 8
+         *     }
+         * @example {
+         *       "write_queues": 2
+         *     }
+         * @example {
+         *       "perm": 4
+         *     }
+         */
+        TopicUpdate: {
+            /**
+             * Queues
+             * @description Read and write queue numbers at once.
+             */
+            queues?: number | null;
+            /**
+             * Read Queues
+             * @description Never fewer than the write queues: a queue written but not read is lost.
+             */
+            read_queues?: number | null;
+            /**
+             * Write Queues
+             * @description Fewer: the dropped queues take no more writes; their messages stay readable.
+             */
+            write_queues?: number | null;
+            /**
+             * Perm
+             * @description RocketMQ permission bits: 4 read, 2 write (6 both).
+             */
+            perm?: number | null;
+            /** Order */
+            order?: boolean | null;
         };
         /** TransactionEnd */
         TransactionEnd: {
@@ -3748,6 +4096,132 @@ export interface operations {
                 };
             };
             /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    updateTopic: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name */
+                topic: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TopicUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TopicOut"];
+                };
+            };
+            /** @description Read queues fewer than write queues, or queues given with read_queues or write_queues (40012); a group's %RETRY% or %DLQ% topic or an internal topic (40005) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The topic (40402) does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Too large: the request body is over `WHARF_MAX_REQUEST_BYTES`. Codes: 41301 MESSAGE_TOO_LARGE, 41302 PROPERTIES_TOO_LARGE, 41303 REQUEST_TOO_LARGE, 41304 TOO_MANY_ITEMS, 41310 WS_FRAME_TOO_LARGE */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The Content-Type is not one this operation accepts. Codes: 41501 UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description This broker does not host the topic: `brokers` (and `Location`) name those that do. Codes: 42101 MISDIRECTED */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The route registry, which takes the change, cannot be reached (50303) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4895,7 +5369,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40941 MASTER_ALIVE, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5506,6 +5980,123 @@ export interface operations {
             };
         };
     };
+    skipDeadLetters: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Consumer group */
+                group: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SkipRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SkipAnswer"];
+                };
+            };
+            /** @description Neither "through_offset" nor "all": true, or both (40001) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description No such path: a group name with a `/` in it (40401) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Too large: the request body is over `WHARF_MAX_REQUEST_BYTES`. Codes: 41301 MESSAGE_TOO_LARGE, 41302 PROPERTIES_TOO_LARGE, 41303 REQUEST_TOO_LARGE, 41304 TOO_MANY_ITEMS, 41310 WS_FRAME_TOO_LARGE */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The Content-Type is not one this operation accepts. Codes: 41501 UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     lockQueues: {
         parameters: {
             query?: never;
@@ -5931,7 +6522,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40941 MASTER_ALIVE, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6068,7 +6659,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40941 MASTER_ALIVE, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6346,7 +6937,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
+            /** @description Conflict. Codes: 40901 TOPIC_EXISTS, 40902 TOPIC_NOT_WRITABLE, 40903 TOPIC_NOT_READABLE, 40904 GENERATION_FENCED, 40905 GROUP_CONFLICT, 40906 GROUP_FULL, 40910 RECEIPT_HANDLE_EXPIRED, 40920 TRANSACTION_ENDED, 40930 QUEUE_NOT_LOCKED, 40940 PROMOTION_REFUSED, 40941 MASTER_ALIVE, 40950 TOO_MANY_PUSH_SUBSCRIPTIONS */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8011,6 +8602,234 @@ export interface operations {
             };
         };
     };
+    getRegistryHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegistryHealth"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getStoreFiles: {
+        parameters: {
+            query?: {
+                /** @description How many of the latest CommitLog segments to list */
+                segments?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoreFiles"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getPopInFlight: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Consumer group */
+                group: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PopInFlight"];
+                };
+            };
+            /** @description Not authenticated: access control is on and the request has no valid credentials. Codes: 40101 UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Forbidden: the credentials do not allow this operation. Codes: 40301 FORBIDDEN, 40305 ORIGIN_NOT_ALLOWED */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description No such path: a group name with a `/` in it (40401) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description An unexpected fault; it is logged. Codes: 50001 INTERNAL_ERROR */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The broker is starting or stopping, the route registry cannot be reached, the broker is out of open files or memory mappings, or it has as many connections as it takes; retry later. Codes: 50301 NOT_READY, 50302 STORE_CLOSED, 50303 REGISTRY_UNAVAILABLE, 50304 RESOURCES_EXHAUSTED, 50305 TOO_MANY_CONNECTIONS */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     getReplication: {
         parameters: {
             query?: never;
@@ -8078,7 +8897,10 @@ export interface operations {
     };
     promoteSlave: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Promote even while the master is alive (it is fenced once it sees the new epoch) */
+                force?: boolean;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -8112,7 +8934,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
-            /** @description This broker is the master already, or another broker of its name was promoted first (40940) */
+            /** @description This broker is the master already, or another broker of its name was promoted first (40940); its master is alive and `force` is not true (40941, with `master_url` and `lease_ends_in_ms`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8123,6 +8945,15 @@ export interface operations {
             };
             /** @description The URL is over `WHARF_MAX_URL_BYTES` (41401). Codes: 41401 URI_TOO_LONG */
             414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description A parameter or a field of the body has the wrong type, is missing or out of bounds. Codes: 42201 VALIDATION_FAILED */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
