@@ -116,6 +116,11 @@ class HaSlave:
         self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
         self.connected = False
+        # The master this log follows (replication connected, logs agreed); "" when none. Offsets
+        # are taken only from its metadata: a former master's, still answering, may cover
+        # messages it alone stored, at queue offsets this log's master fills with others.
+        self.following = ""
+        self._offsets = asyncio.Lock()  # a clamp and a copy of offsets never interleave
         self._tasks: list[asyncio.Task[None]] = []
         self._connection: ReplicationStream | None = None
 
@@ -166,7 +171,10 @@ class HaSlave:
                 if ahead:
                     await session.push_offsets(ahead)
                 answer = await session.fetch(self.metadata_version, wait_ms)
-                await self.apply_metadata(answer)
+                async with self._offsets:
+                    if self.following != master:
+                        answer = {**answer, "offsets": []}
+                    await self.apply_metadata(answer)
                 self.metadata_version = answer["version"]
 
     async def _replicate(self, master: str) -> None:
@@ -177,8 +185,14 @@ class HaSlave:
         ) as connection:
             if not await self._agree(connection, master, offset):
                 return
-            self._connection = connection
-            self.connected = True
+            async with self._offsets:
+                # Offsets copied past this log's queue ends (from an earlier master, or from this
+                # one while the log lagged) may cover messages this master never had: lowered
+                # before any is handed over, so none skips what this master stores there.
+                await asyncio.to_thread(self.store.consumer_offsets.clamp_to_queue_ends)
+                self._connection = connection
+                self.connected = True
+                self.following = master
             log.info("replicating from %s at CommitLog offset %d", master, offset)
             acks = asyncio.create_task(self._ack_every_second(connection))
             try:
@@ -190,6 +204,7 @@ class HaSlave:
                     await self._ack(connection)
             finally:
                 self.connected = False
+                self.following = ""
                 self._connection = None
                 acks.cancel()
                 # Not ``await acks`` under suppress(CancelledError): a cancellation of this task

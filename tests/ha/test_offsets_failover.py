@@ -5,12 +5,14 @@ had, reached the new master)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
 
 from tests.ha.replicas import TOPIC, caught_up, ha
-from tests.ha.test_failover import registry, start_pair  # noqa: F401 - a fixture
+from tests.ha.test_failover import broker, registry, start_pair  # noqa: F401 - a fixture
+from tests.small_disk import fill, mounted_tmpfs
 from tests.transactions.transacting import wait_until
 
 
@@ -63,6 +65,70 @@ def test_a_former_master_does_not_hand_the_new_master_offsets_past_what_they_sha
         assert committed(slave.url, "billing") == 4
         assert committed(master.url, "billing") == 4
         assert read_from_committed(slave.url, "billing") == ["new-0", "new-1", "new-2"]
+    finally:
+        slave.kill()
+        master.kill()
+
+
+def test_a_slave_following_a_new_master_hands_over_no_offset_past_its_own_log(
+    tmp_path: Path,
+    registry: str,  # noqa: F811
+) -> None:
+    """A second slave whose disk is full may copy the master's offsets (metadata) but not the
+    messages they pass (its log): once it follows the promoted slave, whose queue stores new
+    messages at those offsets, it must not hand them over (the nemesis run found an ordered group
+    skipping acknowledged messages this way, behind the slave whose tmpfs it fills)."""
+    master, slave = start_pair(tmp_path, registry)
+    try:
+        with mounted_tmpfs(tmp_path / "disk", 192) as disk:
+            # Disk allocated 64 KiB ahead of its writer: a full disk stops its copy of the log at once.
+            second = broker(disk, registry, "c", 2, broker_role="SLAVE", commitlog_chunk_size=64 << 10)
+            second.log_path = tmp_path / "second.log"  # not on the disk that fills
+            second.start()
+            filler: Path | None = None
+            try:
+                wait_until(lambda: ha(second)["connected"], what="the second slave to connect")
+                send(master.url, [f"shared-{n}" for n in range(4)])
+                wait_until(lambda: caught_up(master, slave) and caught_up(master, second), what="both slaves")
+                filler = fill(disk, 64 << 10)
+                slave.stop()
+                # Stored by the master alone; a group consumes them and commits past them, and the
+                # second slave copies that offset without the messages.
+                send(master.url, [f"gone-{n}-" + "x" * (256 << 10) for n in range(4)])  # past the free 64 KiB
+                commit = {"offsets": [{"topic": TOPIC, "queue_id": 0, "offset": 8}]}
+                assert httpx.put(f"{master.url}/v1/groups/billing/offsets", json=commit).status_code == 200
+                # It copies a master's offsets only while its log follows that master: between the
+                # refused chunks here. Left alone long enough for a few metadata rounds (300 ms each).
+                deadline = time.monotonic() + 5
+                while committed(second.url, "billing") != 8 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert ha(second)["commitlog_max_offset"] < ha(master)["commitlog_max_offset"]
+                master.kill()
+
+                slave.start()
+                wait_until(lambda: not ha(slave)["master_alive"], what="the killed master's lease to end")
+                promoted = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
+                assert promoted.status_code == 200, promoted.text
+                send(slave.url, [f"new-{n}" for n in range(6)])  # queue offsets 4..9: past 8
+
+                filler.unlink()
+                wait_until(
+                    lambda: ha(second)["connected"] and caught_up(slave, second), what="the second slave"
+                )
+                # Two metadata rounds after it follows the new master: its offsets ahead went over.
+                for offset in (1, 2):
+                    commit = {"offsets": [{"topic": TOPIC, "queue_id": 0, "offset": offset}]}
+                    assert httpx.put(f"{slave.url}/v1/groups/audit/offsets", json=commit).status_code == 200
+                    wait_until(
+                        lambda offset=offset: committed(second.url, "audit") == offset,
+                        what="the second slave to follow",
+                    )
+                assert committed(slave.url, "billing") in (None, 4)
+                assert committed(second.url, "billing") in (None, 4)
+            finally:
+                second.kill()
+                if filler is not None:
+                    filler.unlink(missing_ok=True)
     finally:
         slave.kill()
         master.kill()
