@@ -24,6 +24,7 @@ from app.client.consumed import ConsumedMessage
 from tests.api.server import BrokerProcess
 from tests.conftest import throwaway_database
 from tests.ha.replicas import QUEUES, TOPIC, caught_up, ha, produce
+from tests.small_disk import fill, mounted_tmpfs
 
 FAILOVER_S = 2
 # Once the load stopped, the subscriber holds all the new master holds within this.
@@ -417,3 +418,81 @@ def test_a_subscriber_without_a_group_goes_on_after_a_restart_from_the_last_mess
             assert offsets == list(range(len(offsets)))
     finally:
         process.stop()
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+def test_a_subscriber_without_a_group_reading_a_lagging_slave_skips_what_it_had_when_the_slave_catches_up(
+    tmp_path: Path, registry: str
+) -> None:
+    """The master dies; the subscriber's socket opens on the first slave, whose full disk left it
+    without the master's last messages, so it reads that queue from the slave's end. The other
+    slave, which had them, is promoted: at those offsets come the same records again (through the
+    promoted slave, or the lagging one once it copies them), which must not be handed out twice."""
+    with mounted_tmpfs(tmp_path / "disk", 192) as disk:
+        # Asynchronous: the promoted slave takes writes while the other one's disk is still full.
+        master = replica(tmp_path, registry, "a", 0, "ASYNC_MASTER")
+        # Disk allocated 64 KiB ahead of its writer: a full disk stops its copy of the log at once.
+        lagging = replica(disk, registry, "b", 1, "SLAVE", commitlog_chunk_size=str(64 << 10))
+        lagging.log_path = tmp_path / "lagging.log"  # not on the disk that fills
+        other = replica(tmp_path, registry, "c", 2, "SLAVE")
+        brokers = [master, lagging, other]
+        filler: Path | None = None
+        try:
+            for process in brokers:
+                process.start()
+            created = httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": QUEUES})
+            assert created.status_code == 201, created.text
+            wait(lambda: len(ha(master)["slaves"]) == 2, "both slaves to connect")
+
+            def send(url: str, bodies: list[str]) -> None:
+                messages = [{"body": body, "queue_id": 0} for body in bodies]
+                response = httpx.post(
+                    f"{url}/v1/topics/{TOPIC}/messages", json={"messages": messages}, timeout=30
+                )
+                assert statuses(response) == {"SEND_OK"}
+
+            async def scenario() -> list[ConsumedMessage]:
+                nonlocal filler
+                async with AsyncSubscriber(
+                    master.url, TOPIC, queue_ids=[0], start="first", master_check_s=0.5
+                ) as subscriber:
+                    send(master.url, [f"shared-{n}" for n in range(4)])
+                    received = await take(subscriber, 4)
+                    await until(
+                        lambda: caught_up(master, lagging) and caught_up(master, other), "both slaves"
+                    )
+                    filler = fill(disk, 64 << 10)
+                    send(master.url, [f"tail-{n}-" + "x" * (256 << 10) for n in range(4)])  # past 64 KiB
+                    received += await take(subscriber, 4)
+                    await until(lambda: caught_up(master, other), "the other slave")
+                    assert ha(lagging)["commitlog_max_offset"] < ha(master)["commitlog_max_offset"]
+                    await asyncio.to_thread(master.kill)
+                    await addresses_become(subscriber, {lagging.url})  # read from its end, offset 4
+
+                    await until(lambda: not ha(other)["master_alive"], "the killed master's lease to end")
+                    promoted = httpx.post(f"{other.url}/v1/admin/ha/promote", timeout=30)
+                    assert promoted.status_code == 200, promoted.text
+                    filler.unlink()  # the lagging slave copies the tail from the promoted one
+                    send(other.url, ["after-0", "after-1"])
+                    received += await take(subscriber, 2)
+                    # Anything more now would be a repeat: the tail again, from either broker.
+                    more = await subscriber.poll(2.0)
+                    if more is not None:
+                        received.append(more)
+                    return received
+
+            received = [key(consumed) for consumed in asyncio.run(asyncio.wait_for(scenario(), 120))]
+            bodies = [body.split("-x")[0] if body.startswith("tail") else body for _, _, body in received]
+            assert bodies == [
+                *(f"shared-{n}" for n in range(4)),
+                *(f"tail-{n}" for n in range(4)),
+                "after-0",
+                "after-1",
+            ]
+            assert [offset for _, offset, _ in received] == list(range(10))
+        finally:
+            for process in brokers:
+                process.kill()
+            if filler is not None:
+                filler.unlink(missing_ok=True)

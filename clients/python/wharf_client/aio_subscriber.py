@@ -32,7 +32,8 @@ code less 4000 (4404 -> 404) and whose ``error_code`` leads the reason. Opened a
   message over HTTP first (pulls of stored records, a page at a time as the application takes
   them), then opens the socket at ``last`` and pulls what arrived in between. A broker whose queue
   ends before that message (a promoted slave never had the old master's unconfirmed tail) is read
-  from its end.
+  from its end; of what it stores there next, the messages handed out already (the same records,
+  copied later from another replica) are skipped (wharf_client.handed_out).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from wharf_client.auth import User, basic_auth
 from wharf_client.codec import RECORDS_MEDIA_TYPE, Message, decode_records
 from wharf_client.consumed import ConsumedMessage
 from wharf_client.errors import BrokerError, BrokerUnavailableError, WharfClientError, raise_for_envelope
+from wharf_client.handed_out import HandedOut
 from wharf_client.routes import AVOID_S, MessageQueue
 from wharf_client.tls import client_ssl_context
 
@@ -91,6 +93,8 @@ class _Socket:
     # Without a group: per queue, the offset after the last message handed out (before any, the
     # offset the socket started at). The queue goes on from there when the socket is opened again.
     reached: dict[int, int] = field(default_factory=dict)
+    # Without a group: what was handed out lately, skipped when a queue is read again.
+    handed: HandedOut = field(default_factory=HandedOut)
     reader: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None  # on a slave: moves the socket to the master
     moving: bool = False  # the client closed the socket to open it on the master
@@ -347,10 +351,11 @@ class AsyncSubscriber:
 
     async def _wait_for_deliveries(self, deadline: float) -> bool:
         """Wait until a frame delivered messages; False at ``deadline``. Raises a socket's failure."""
-        # About to wait: give the brokers every ack and permit first.
-        for socket in self._sockets:
-            await self._flush(socket)
         while not self._cache:
+            # About to wait: give the brokers every ack and permit first (again after a frame
+            # whose messages were all skipped as handed out already).
+            for socket in self._sockets:
+                await self._flush(socket)
             self._raise_failure()
             self._delivered.clear()
             try:
@@ -670,8 +675,13 @@ class AsyncSubscriber:
             for queue_id, offset in socket.assigned.items():
                 socket.committed.setdefault(queue_id, offset)
                 if self.group is None:
-                    # A broker whose queue ends before where the subscriber reached is read from its end.
-                    socket.reached[queue_id] = min(socket.reached.get(queue_id, offset), offset)
+                    # A broker whose queue ends before where the subscriber reached is read from its
+                    # end; what it then stores there again is skipped.
+                    reached = socket.reached.get(queue_id)
+                    if reached is None or offset < reached:
+                        if reached is not None:
+                            socket.handed.read_again(queue_id, offset, reached)
+                        socket.reached[queue_id] = offset
             self._commits.set()
         elif kind == "committed":
             socket.committed[int(parsed["queue_id"])] = int(parsed["offset"])
@@ -680,6 +690,17 @@ class AsyncSubscriber:
     def _add_frame(self, socket: _Socket, records: list[Message], credited: bool) -> _Frame | None:
         if not records:
             return None
+        if self.group is None:
+            queue_id = records[0].queue_id  # a frame's records are of one queue
+            kept = socket.handed.fresh(queue_id, records)
+            if len(kept) < len(records):
+                if credited:
+                    socket.spent += len(records) - len(kept)  # their credit goes back all the same
+                if not kept:
+                    self._delivered.set()  # a waiting poll gives that credit back
+                    return None
+                records = kept
+            socket.handed.remember(queue_id, records)
         queue = socket.queue
         messages = [ConsumedMessage(record, queue(record.queue_id)) for record in records]
         frame = _Frame(socket, socket.generation, messages, credited=credited)
