@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import typer
 from wharf_client.codec import encode_body
 from wharf_client.consumer import ConsumedMessage, PullConsumer
-from wharf_client.group_consumer import GroupBatch, GroupConsumer
+from wharf_client.group_consumer import GroupConsumer
 
 from app.cli.options import DEFAULT_URL, JsonOption, UrlOption, UserOption, parse_start
 from app.cli.output import message_json, print_json_line
@@ -68,19 +68,21 @@ def print_messages(consumer: PullConsumer, limit: int | None, json_output: bool)
 
 
 @contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C back for the block: one that arrived meanwhile raises KeyboardInterrupt after it.
+def interrupts_deferred() -> Iterator[list[int]]:
+    """Hold Ctrl-C back for the block: the signals caught meanwhile are in the list it yields, for
+    the block to look at when it may stop, and one raises KeyboardInterrupt after the block.
 
-    A SIGINT this process started with ignored (a job a shell without job control put in the
-    background) stays ignored here too: catching it only while a batch is printed stopped the
-    command at a Ctrl-C that came then and at no other."""
+    Nothing is raised inside the block, so no HTTP call or lock is cut halfway (an interrupt raised
+    inside the HTTP client could leave its connection pool locked, and the command hung on its way
+    out). A SIGINT this process started with ignored (a job a shell without job control put in the
+    background) stays ignored."""
     if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
-        yield
+        yield []
         return
     caught: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     try:
-        yield
+        yield caught
     finally:
         signal.signal(signal.SIGINT, previous)
         if caught:
@@ -89,12 +91,12 @@ def interrupts_deferred() -> Iterator[None]:
 
 def print_as_member(consumer: GroupConsumer, limit: int | None, follow: bool, json_output: bool) -> None:
     """Group pulls until ``limit``, or (without ``follow``) until every broker answered nothing in
-    a row; each batch committed once printed (also when Ctrl-C cuts its commit short)."""
+    a row; each batch committed once printed. Ctrl-C is looked at between pulls (a pull is held at
+    most FOLLOW_WAIT_MS): the batch printed is committed first, then KeyboardInterrupt is raised."""
     printed = 0
     empty_in_a_row = 0
-    printed_batch: GroupBatch | None = None
-    try:
-        while limit is None or printed < limit:
+    with interrupts_deferred() as interrupted:
+        while (limit is None or printed < limit) and not interrupted:
             room = BATCH_SIZE if limit is None else min(BATCH_SIZE, limit - printed)
             batch = consumer.poll(room, FOLLOW_WAIT_MS if follow else 0)
             if not batch.messages:
@@ -103,20 +105,11 @@ def print_as_member(consumer: GroupConsumer, limit: int | None, follow: bool, js
                     return
                 continue
             empty_in_a_row = 0
-            with interrupts_deferred():
-                # A Ctrl-C between the last line and the next one would leave printed lines
-                # uncommitted: it is delivered once the batch counts as printed.
-                for message in batch.messages:
-                    print_api_message(message, json_output)
-                printed += len(batch.messages)
-                printed_batch = batch
+            for message in batch.messages:
+                print_api_message(message, json_output)
+            printed += len(batch.messages)
             # Refused as fenced (the group rebalanced): the queue's new owner reads them again.
             consumer.commit(batch)
-            printed_batch = None
-    except KeyboardInterrupt:
-        if printed_batch is not None:
-            consumer.commit(printed_batch)
-        raise
 
 
 def consume(
