@@ -115,7 +115,6 @@ class HaSlave:
         self.link: MasterLink = link if link is not None else NoMasterLink()
         self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
-        self.connected = False
         # The master this log follows (replication connected, logs agreed); "" when none. Offsets
         # are taken only from its metadata: a former master's, still answering, may cover
         # messages it alone stored, at queue offsets this log's master fills with others.
@@ -123,6 +122,11 @@ class HaSlave:
         self._offsets = asyncio.Lock()  # a clamp and a copy of offsets never interleave
         self._tasks: list[asyncio.Task[None]] = []
         self._connection: ReplicationStream | None = None
+
+    @property
+    def connected(self) -> bool:
+        """Replication is connected and this log agrees with its master's."""
+        return bool(self.following)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._retrying("replication", self._replicate), name="ha-slave")]
@@ -191,7 +195,6 @@ class HaSlave:
                 # before any is handed over, so none skips what this master stores there.
                 await asyncio.to_thread(self.store.consumer_offsets.clamp_to_queue_ends)
                 self._connection = connection
-                self.connected = True
                 self.following = master
             log.info("replicating from %s at CommitLog offset %d", master, offset)
             acks = asyncio.create_task(self._ack_every_second(connection))
@@ -203,7 +206,6 @@ class HaSlave:
                     await asyncio.to_thread(self.store.append_replica, start, data)
                     await self._ack(connection)
             finally:
-                self.connected = False
                 self.following = ""
                 self._connection = None
                 acks.cancel()
