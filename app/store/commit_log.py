@@ -2,9 +2,10 @@
 
 Records are encoded outside the lock (:func:`app.store.record.encode_record`); under the lock the
 CommitLog only assigns the queue offsets, copies the bytes into the mapped segment and patches three
-fields per record (:func:`write_records`, one compiled call per batch), then hands the batch's
-ConsumeQueue entries to the dispatcher as one run per queue. A record that does not fit in the rest of a segment
-(with room for an 8-byte blank) is preceded by a blank END_OF_FILE record and goes to the next one.
+fields per record (:func:`app.store.log_codec.write_records`, one compiled call per batch), then
+hands the batch's ConsumeQueue entries to the dispatcher as one run per queue. A record that does
+not fit in the rest of a segment (with room for an 8-byte blank) is preceded by a blank END_OF_FILE
+record and goes to the next one.
 
 A batch is stored whole or not at all: every segment it will roll to is prepared, and every byte it
 will write is allocated on disk (:meth:`MappedFileQueue.reserve`), before its first byte is
@@ -12,44 +13,35 @@ written, so a full disk refuses it with :class:`DiskFullError` up front. Segment
 blocks a chunk (``chunk_size``) at a time; the next chunk and the next segment are normally
 allocated already (:class:`app.store.allocate.AllocateSegmentService`), and the writer wakes that
 service once less than half a chunk is left ahead of it.
+
+A slave's CommitLog is written with its master's bytes instead (:mod:`app.store.log_replica`), and
+the log is read back record by record, validated, by :mod:`app.store.log_walk`.
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from app.store import record_format
 from app.store.consume_queue import UNIT
 from app.store.errors import MessageTooLargeError, StoreClosedError
-from app.store.kernel import compiled
+from app.store.log_codec import QueueKey, QueueRun, collect_records, write_records
 from app.store.mapped_file import Growth, MappedFile
 from app.store.mapped_file_queue import MappedFileQueue
-from app.store.record import CheckedRecord, check_record, message_size, record_is, store_timestamp
 from app.store.record_format import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
-    FIXED_SIZE,
-    LEVEL_DELAYS_MS,
-    OFFSETS,
-    POS_QUEUEOFFSET,
-    POS_STORETIMESTAMP,
-    SCHEDULE_TOPIC,
     SIZE_MAGIC,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
-    TIMESTAMP,
     EncodedRecord,
-    queue_tags_code,
 )
-from app.store.results import AppendResult, PutStatus
+from app.store.results import AppendResult
 
-PUT_OK = PutStatus.PUT_OK
 ENTRY_OFFSET = struct.Struct(">q")  # the CommitLog offset that leads a ConsumeQueue entry
 
 # The disk a CommitLog segment allocates at a time, unless the store says otherwise.
@@ -65,137 +57,10 @@ DispatchRun = Callable[[str, int, int, bytearray], None]
 # It must be cheap (the message index queues the batch and builds its entries on its own thread).
 BatchListener = Callable[[Sequence[EncodedRecord], list[AppendResult]], None]
 
-QueueKey = tuple[str, int]
-# A batch's new entries in one queue: (the first one's queue offset, the entries packed back to back).
-QueueRun = tuple[int, bytearray]
-
-
-def python_write_records(
-    mm: mmap.mmap,
-    position: int,
-    limit: int,
-    base: int,
-    records: Sequence[EncodedRecord],
-    start: int,
-    now: int,
-    queue_offsets: dict[QueueKey, int],
-    store_host: bytes,
-    results: list[AppendResult],
-    runs: dict[QueueKey, QueueRun],
-) -> tuple[int, int]:
-    """Copy ``records`` from ``start`` into the segment mapped as ``mm`` (at CommitLog offset
-    ``base``) from ``position``, while each ends by ``limit``. Each gets its store timestamp
-    ``now``, its physical offset and its queue's next offset (``queue_offsets``), written last: a
-    record whose offsets are still placeholders is not valid. Appends each one's AppendResult to
-    ``results`` and its ConsumeQueue entry to its queue's run in ``runs``. Returns (the index of
-    the first record not written, the position after the last one written). The pure-Python twin
-    of the kernel's loop."""
-    pack_timestamp, pack_offsets, pack_unit = TIMESTAMP.pack_into, OFFSETS.pack_into, UNIT.pack
-    add_result = results.append
-    new_result = tuple.__new__
-    for index in range(start, len(records)):
-        data, topic, queue_id, tags_code, _, _, sysflag = records[index]
-        size = len(data)
-        end = position + size
-        if end > limit:
-            return index, position
-        physical_offset = base + position
-        kind = sysflag & SYSFLAG_TRANSACTION_MASK
-        if kind != SYSFLAG_TRANSACTION_PREPARED and kind != SYSFLAG_TRANSACTION_ROLLBACK:
-            key = (topic, queue_id)
-            queue_offset = queue_offsets.get(key, 0)
-            queue_offsets[key] = queue_offset + 1
-            run = runs.get(key)
-            if run is None:
-                run = runs[key] = (queue_offset, bytearray())
-            if topic == SCHEDULE_TOPIC:
-                tags_code = queue_tags_code(topic, queue_id, tags_code, now)
-            run[1].extend(pack_unit(physical_offset, size, tags_code))
-        else:
-            queue_offset = 0
-        mm[position:end] = data
-        pack_timestamp(mm, position + POS_STORETIMESTAMP, now)
-        pack_offsets(mm, position + POS_QUEUEOFFSET, queue_offset, physical_offset)
-        add_result(
-            new_result(
-                AppendResult, (PUT_OK, topic, queue_id, queue_offset, physical_offset, size, now, store_host)
-            )
-        )
-        position = end
-    return len(records), position
-
 
 def store_time_ms() -> int:
     """The store timestamp a record written now gets: the one clock of every append path."""
     return int(time.time() * 1000)
-
-
-# The compiled kernel's loop when it is loaded (app.store.kernel), else its twin.
-write_records = python_write_records
-if compiled is not None:
-    compiled.bind_writer(AppendResult, PUT_OK)
-    compiled.bind_schedule(SCHEDULE_TOPIC, LEVEL_DELAYS_MS)
-    write_records = compiled.write_records
-
-
-def bind_level_delays(delays_ms: tuple[int, ...]) -> None:
-    """Make ``delays_ms`` the delay levels of this process (WHARF_MESSAGE_DELAY_LEVEL): the due times
-    written into SCHEDULE_TOPIC's queue entries, by the Python writer and the compiled one."""
-    record_format.LEVEL_DELAYS_MS = delays_ms
-    if compiled is not None:
-        compiled.bind_schedule(SCHEDULE_TOPIC, delays_ms)
-
-
-def python_collect_records(
-    entries: bytes | memoryview,
-    at: int,
-    segment: memoryview,
-    segment_from: int,
-    readable: int,
-    commitlog_min: int,
-    topic: bytes,
-    queue_id: int,
-    base_offset: int,
-    max_messages: int,
-    max_bytes: int,
-    records: list[memoryview],
-    queue_offsets: list[int],
-    total: int,
-) -> tuple[int, int]:
-    """Take the records that ConsumeQueue ``entries`` (entry ``i`` is queue offset ``base_offset +
-    i``) name from entry ``at`` on, as long as each lies in one CommitLog segment: ``segment``, its
-    mapping, begins at CommitLog offset ``segment_from`` and holds ``readable`` written bytes.
-    Appends each record's slice of ``segment`` to ``records`` and its queue offset to
-    ``queue_offsets`` and adds its size to ``total``, as :meth:`MessageReader.get_message` reads:
-    an entry of no size or before ``commitlog_min`` is passed over, and nothing more is taken once
-    ``records`` holds ``max_messages`` or the next record would bring ``total`` past ``max_bytes``.
-    Stops at an entry it cannot decide alone: a record outside the segment, or one that is not the
-    message its entry names (:func:`record_is`). Returns (the index of the first entry not passed,
-    ``total``). The pure-Python twin of the kernel's loop."""
-    index = at
-    count = len(entries) // UNIT.size
-    limit = min(readable, len(segment))
-    while index < count:
-        physical, size, _tags_code = UNIT.unpack_from(entries, index * UNIT.size)
-        if records and (len(records) >= max_messages or total + size > max_bytes):
-            break
-        if size <= 0 or physical < commitlog_min:
-            index += 1
-            continue
-        position = physical - segment_from
-        if position < 0 or position + size > limit:
-            break
-        data = segment[position : position + size]
-        if not record_is(data, topic, queue_id, base_offset + index, physical):
-            break
-        records.append(data)
-        queue_offsets.append(base_offset + index)
-        total += size
-        index += 1
-    return index, total
-
-
-collect_records = python_collect_records if compiled is None else compiled.collect_records
 
 
 def skips_consume_queue(sysflag: int) -> bool:
@@ -366,111 +231,6 @@ class CommitLog:
                     wake()  # the allocating thread adds the next chunk
         return results
 
-    def append_replica(
-        self,
-        offset: int,
-        data: bytes,
-        checked: Sequence[tuple[int, CheckedRecord]],
-        before_write: Callable[[], None] | None = None,
-    ) -> list[AppendResult]:
-        """Write a master's bytes at the same offset here (``offset`` must be this log's end) and
-        dispatch the messages among them, ``checked`` by :func:`check_replica`. The bytes are
-        copied as they are: the log stays byte-identical to the master's."""
-        results: list[AppendResult] = []
-        with self.lock:
-            if self.closed:
-                raise StoreClosedError("the CommitLog is closed")
-            # An empty log starts wherever its master's starts: at a segment boundary.
-            starts_empty = not self.files.files and offset % self.file_size == 0
-            if offset != self.files.max_offset and not starts_empty:
-                raise ReplicaError(
-                    f"replicated bytes start at {offset}, this CommitLog ends at {self.files.max_offset}"
-                )
-            if not data:
-                return results
-            if before_write is not None:
-                before_write()
-            last = self.files.last_file
-            mapped = self.files.new_file(offset) if last is None or last.is_full else last
-            position = mapped.wrote_position
-            self.files.reserve(mapped, position + len(data))
-            mapped.mm[position : position + len(data)] = data
-            for physical_offset, record in checked:
-                if not skips_consume_queue(record.sysflag):
-                    key = (record.topic, record.queue_id)
-                    self.queue_offsets[key] = record.queue_offset + 1
-                    self.dispatch(
-                        record.topic,
-                        record.queue_id,
-                        record.queue_offset,
-                        physical_offset,
-                        record.size,
-                        record.tags_code,
-                        record.store_timestamp,
-                        record.keys,
-                        record.uniq_key,
-                    )
-                results.append(
-                    AppendResult(
-                        PUT_OK,
-                        record.topic,
-                        record.queue_id,
-                        record.queue_offset,
-                        physical_offset,
-                        record.size,
-                        record.store_timestamp,
-                        self.store_host,
-                    )
-                )
-            mapped.wrote_position = position + len(data)
-            if checked:
-                mapped.last_store_timestamp = checked[-1][1].store_timestamp
-                self.last_record_offset = checked[-1][0]
-                if self.on_batch is not None:
-                    start = offset
-                    records = [
-                        EncodedRecord(
-                            data[at - start : at - start + record.size],
-                            record.topic,
-                            record.queue_id,
-                            record.tags_code,
-                            record.keys,
-                            record.uniq_key,
-                            record.sysflag,
-                        )
-                        for at, record in checked
-                    ]
-                    self.on_batch(records, results)
-        return results
-
-    def read_replica(self, offset: int, max_bytes: int) -> bytes:
-        """Whole records from ``offset`` for a slave (:meth:`MessageStore.read_replica`)."""
-        mapped = self.files.find(offset)
-        if mapped is None:
-            if offset < self.files.min_offset:
-                raise ReplicaError(
-                    f"CommitLog offset {offset} is no longer stored (it starts at {self.min_offset})"
-                )
-            return b""
-        if not mapped.hold():
-            return b""
-        try:
-            view, base = mapped.view, mapped.file_from_offset
-            start = position = offset - base
-            wrote = mapped.wrote_position
-            while position + BLANK_MIN_SIZE <= wrote:
-                size, magic = SIZE_MAGIC.unpack_from(view, position)
-                if magic == BLANK_MAGIC:
-                    if position == start:
-                        position = self.file_size  # only the blank: send it alone
-                    break
-                if position + size > wrote or (position > start and position + size - start > max_bytes):
-                    break
-                position += size
-            return bytes(view[start:position])
-        finally:
-            mapped.release()
-
     def read(self, physical_offset: int, size: int) -> memoryview | None:
         """The record bytes at ``physical_offset`` as a slice of the mapping, or None if gone."""
         mapped = self.files.find(physical_offset)
@@ -532,83 +292,6 @@ class CommitLog:
         finally:
             mapped.release()
 
-    # -- recovery --------------------------------------------------------------------------------
-
-    def walk(self, start_index: int, start_position: int = 0, with_properties: bool = True) -> LogWalk:
-        """Validate records from segment ``start_index`` (at ``start_position``, a record boundary)
-        on: iterate the walk for (offset, record) of each message (see :func:`check_record` for
-        ``with_properties``). It stops at the first record that is not valid; its ``end`` is then
-        the end of the log, and :attr:`last_record_offset` the offset of the last valid record
-        walked."""
-        return LogWalk(self, start_index, start_position, with_properties)
-
-    def records_from(self, offset: int) -> Iterator[tuple[int, CheckedRecord]]:
-        """Validate and yield (offset, record) for each message from ``offset`` (a record boundary)
-        to the end of the log, crossing blank END_OF_FILE records; stops at the first invalid one."""
-        offset = max(offset, self.files.min_offset)
-        while True:
-            mapped = self.files.find(offset)
-            if mapped is None:
-                return
-            base = mapped.file_from_offset
-            position = offset - base
-            while position < mapped.wrote_position:
-                checked = check_record(mapped.view, position, base + position)
-                if checked is None:
-                    return
-                if checked.size == 0:
-                    break
-                yield base + position, checked
-                position += checked.size
-            else:
-                if mapped.wrote_position < mapped.file_size:
-                    return  # the end of the log
-            offset = base + mapped.file_size
-
-    def records_since(self, timestamp_ms: int) -> Iterator[tuple[int, CheckedRecord]]:
-        """Validate and yield (offset, record) for each message stored at or after ``timestamp_ms``,
-        in log order. The walk starts at the last segment whose first record is older, so it reads
-        little more than the records it yields."""
-        files = self.files.files
-        start = 0
-        for index in range(len(files) - 1, -1, -1):
-            first = self.first_store_timestamp(files[index])
-            if first is not None and first <= timestamp_ms:
-                start = index
-                break
-        if not files:
-            return
-        for offset, record in self.records_from(self._first_stored_since(start, timestamp_ms)):
-            if record.store_timestamp >= timestamp_ms:
-                yield offset, record
-
-    def _first_stored_since(self, start_index: int, timestamp_ms: int) -> int:
-        """The offset of the first record stored at or after ``timestamp_ms``, from segment
-        ``start_index`` on, hopping from record to record by their sizes: the records before it are
-        not validated (recovery did), so the hop costs a fraction of a full walk."""
-        files = self.files.files
-        offset = files[start_index].file_from_offset
-        for mapped in files[start_index:]:
-            view, base, wrote = mapped.view, mapped.file_from_offset, mapped.wrote_position
-            position = 0
-            while position + FIXED_SIZE <= wrote:
-                size = message_size(view, position)
-                if size is None or position + size > wrote:
-                    break  # a blank END_OF_FILE (the next segment goes on) or the end of the log
-                if store_timestamp(view, position) >= timestamp_ms:
-                    return base + position
-                position += size
-            offset = base + position
-            if wrote < mapped.file_size:
-                break
-        return offset
-
-    def first_store_timestamp(self, mapped: MappedFile) -> int | None:
-        checked = check_record(mapped.view, 0, mapped.file_from_offset)
-        if checked is None or checked.size == 0:
-            return None
-        return checked.store_timestamp
-
     def dispatched_offset(self) -> int:
         """The end of the log as far as every record before it has its ConsumeQueue entry."""
         with self.lock:  # an append dispatches each record just after it is written
@@ -626,68 +309,3 @@ class CommitLog:
         with self.lock:
             self.closed = True
         self.files.close()
-
-
-class LogWalk:
-    """One validating walk of the CommitLog (:meth:`CommitLog.walk`)."""
-
-    def __init__(self, commitlog: CommitLog, start_index: int, start_position: int, with_properties: bool):
-        self.commitlog = commitlog
-        self.start_index = start_index
-        self.start_position = start_position
-        self.with_properties = with_properties
-        files = commitlog.files.files
-        # Where the walk stopped: the end of the log once it has run out.
-        self.end = files[start_index].file_from_offset + start_position if files else 0
-
-    def __iter__(self) -> Iterator[tuple[int, CheckedRecord]]:
-        start_position, with_properties = self.start_position, self.with_properties
-        last = -1
-        try:
-            for mapped in self.commitlog.files.files[self.start_index :]:
-                view = mapped.view
-                base = mapped.file_from_offset
-                position = start_position
-                start_position = 0
-                while True:
-                    checked = check_record(view, position, base + position, with_properties)
-                    if checked is None:
-                        self.end = base + position
-                        return
-                    if checked.size == 0:  # blank END_OF_FILE: the log continues in the next segment
-                        break
-                    last = base + position
-                    yield last, checked
-                    position += checked.size
-                    mapped.last_store_timestamp = checked.store_timestamp
-                self.end = base + mapped.file_size
-        finally:
-            if last >= 0:
-                self.commitlog.last_record_offset = last
-
-
-def check_replica(data: bytes, offset: int, file_size: int) -> list[tuple[int, CheckedRecord]]:
-    """Validate bytes a master's CommitLog holds at ``offset`` before a slave writes them there:
-    whole records inside one segment, the last of which may be a blank END_OF_FILE that fills it.
-    Returns (offset, record) of each message; ReplicaError names the first thing wrong."""
-    position = offset % file_size
-    if position + len(data) > file_size:
-        raise ReplicaError(f"{len(data)} bytes at {offset} cross the end of a CommitLog segment")
-    view = memoryview(data)
-    checked: list[tuple[int, CheckedRecord]] = []
-    at = 0
-    while at < len(data):
-        record = check_record(view, at, offset + at)
-        if record is None:
-            raise ReplicaError(f"no valid record at CommitLog offset {offset + at}")
-        if record.size == 0:  # the blank runs to the end of the chunk, which is the segment's
-            if position + len(data) != file_size:
-                raise ReplicaError(f"the blank record at {offset + at} does not fill its segment")
-            break
-        checked.append((offset + at, record))
-        at += record.size
-    return checked
-
-
-class ReplicaError(ValueError):
-    """Replicated bytes that cannot go where they are sent: the wrong offset or not whole records."""

@@ -44,6 +44,7 @@ from app.store.index_file import (
     index_file_time,
     key_hash,
 )
+from app.store.log_walk import records_from
 from app.store.record import CheckedRecord
 from app.store.record_format import EncodedRecord
 from app.store.results import AppendResult
@@ -224,7 +225,7 @@ class IndexService(ServiceThread):
         seen = 0
         records: list[CheckedRecord] = []
         placements: list[Placed] = []
-        for offset, record in commitlog.records_from(start):
+        for offset, record in records_from(commitlog, start):
             if until is not None and offset >= until:
                 break
             records.append(record)

@@ -8,7 +8,7 @@ module a function lives in (app/store/_kernel.pyx lists them, with their twins).
 Each kernel function has a pure-Python twin beside the code that uses it, with identical results
 byte for byte (tests/kernel checks it): ``app.store.record_format.encode_record``,
 ``app.store.record.check_record`` and ``record_is``, ``app.codec.messages_json`` and
-``decode_records``, ``app.store.commit_log.write_records`` and ``collect_records`` (a pull's
+``decode_records``, ``app.store.log_codec.write_records`` and ``collect_records`` (a pull's
 records within one segment), ``app.store.single_append.write_single`` (one message's record and its
 ConsumeQueue entry), ``app.store.mapped_file.populate`` (a spare segment's pages faulted
 in without the GIL), ``app.client.aio_producer.outgoing_batch`` (``encode_outgoing``: a client's binary

@@ -33,7 +33,7 @@ from concurrent.futures import Future
 
 from app.store.atomic_file import fsync_directory
 from app.store.checkpoint import NO_CLEAN_END, Checkpoint
-from app.store.commit_log import CommitLog, bind_level_delays
+from app.store.commit_log import CommitLog
 from app.store.config import StoreConfig
 from app.store.consume_queue import ConsumeQueue
 from app.store.consumer_offsets import ConsumerOffsetManager
@@ -54,6 +54,8 @@ from app.store.flush import (
 )
 from app.store.index_file import FORMAT_MARKER
 from app.store.index_service import IndexService
+from app.store.log_codec import bind_level_delays
+from app.store.log_replica import read_replica
 from app.store.lookup import MAX_TIMESTAMP_MS, MessageLookup
 from app.store.mapped_file_queue import MappedFileQueue
 from app.store.queue_table import QueueDispatcher, QueueTable
@@ -417,7 +419,7 @@ class MessageStore:
         ``max_bytes`` of them and within one segment, for a slave; a segment's trailing blank
         record comes whole. Empty when nothing is stored past ``offset`` yet. It reads the disk:
         call it off the event loop."""
-        return self.commitlog.read_replica(offset, max_bytes)
+        return read_replica(self.commitlog, offset, max_bytes)
 
     def read_record(self, physical_offset: int) -> memoryview | None:
         """The stored message record that starts at ``physical_offset``, or None if there is none."""

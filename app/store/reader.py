@@ -17,6 +17,7 @@ from app.store.commit_log import ENTRY_OFFSET, CommitLog
 from app.store.config import StoreConfig
 from app.store.consume_queue import UNIT
 from app.store.filter import MessageFilter
+from app.store.log_walk import records_since
 from app.store.queue_table import QueueTable
 from app.store.record import (
     HEAD_SIZE,
@@ -222,7 +223,7 @@ class MessageReader:
         """(CommitLog offset, record) of every live message stored at or after ``timestamp_ms``,
         in log order; records of deleted topics are left out."""
         is_dead = self.deletions.is_dead
-        for offset, record in self.commitlog.records_since(timestamp_ms):
+        for offset, record in records_since(self.commitlog, timestamp_ms):
             if not is_dead(record.topic, offset):
                 yield offset, record
 

@@ -198,7 +198,7 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
 
 # Each level's delay. The broker's setting (WHARF_MESSAGE_DELAY_LEVEL) replaces it at the store's
 # start for the whole process, as RocketMQ's messageDelayLevel is the broker's
-# (app.store.commit_log.bind_level_delays): read it through this module, never copy it.
+# (app.store.log_codec.bind_level_delays): read it through this module, never copy it.
 LEVEL_DELAYS_MS = parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL)
 
 

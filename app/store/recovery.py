@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from app.store.checkpoint import Checkpoint
 from app.store.commit_log import CommitLog, Dispatch, skips_consume_queue
 from app.store.consume_queue import ConsumeQueue
+from app.store.log_walk import LogWalk, first_store_timestamp, records_from
 from app.store.record import CheckedRecord, check_record
 from app.store.record_format import BLANK_MIN_SIZE
 
@@ -125,7 +126,7 @@ def recover(
 
     # Entries past the end hold queue offsets above every record the walk meets (a queue's offsets
     # grow with the log), so the walk can compare with the queues before they are cut.
-    walk = commitlog.walk(start_index, start_position, with_properties=False)
+    walk = LogWalk(commitlog, start_index, start_position, with_properties=False)
     for offset, record in walk:
         checked += 1
         if not skips_consume_queue(record.sysflag) and redispatch(offset, record, None):
@@ -141,7 +142,7 @@ def recover(
         for key in lagging:
             lagging_queue = queues.get(key)
             next_offsets[key] = lagging_queue.max_offset if lagging_queue is not None else 0
-        for offset, record in commitlog.records_from(min(lagging.values())):
+        for offset, record in records_from(commitlog, min(lagging.values())):
             if not skips_consume_queue(record.sysflag) and redispatch(offset, record, lagging):
                 redispatched += 1
     report = RecoveryReport(
@@ -214,7 +215,7 @@ def _unclean_start(commitlog: CommitLog, checkpoint: Checkpoint) -> tuple[int, i
         return len(files) - 1, commitlog.file_size  # the log ended with its last segment
     checkpoint_ms = checkpoint.min_timestamp()
     for index in range(len(files) - 1, -1, -1):
-        first = commitlog.first_store_timestamp(files[index])
+        first = first_store_timestamp(files[index])
         if first is not None and first <= checkpoint_ms:
             return index, 0
     return 0, 0

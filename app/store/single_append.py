@@ -80,7 +80,7 @@ def python_write_single(
 
 
 # The compiled call when the kernel is loaded (app.store.kernel), else its twin. The kernel's
-# AppendResult type and PUT_OK were bound by app.store.commit_log.
+# AppendResult type and PUT_OK were bound by app.store.log_codec.
 write_single = python_write_single if compiled is None else compiled.write_single
 
 

@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from app.store.commit_log import CommitLog, check_replica, skips_consume_queue
+from app.store.commit_log import CommitLog, skips_consume_queue
 from app.store.disk_guard import DiskGuard
 from app.store.errors import InvalidQueueError
+from app.store.log_replica import append_replica, check_replica
 from app.store.mapped_file import MappedFile
 from app.store.queue_table import QueueTable
 from app.store.record_format import EncodedRecord, Limits, Message, encode_record
@@ -139,7 +140,7 @@ class MessageWriter:
     def append_replica(self, offset: int, data: bytes) -> list[AppendResult]:
         """Write bytes replicated from a master at ``offset`` (this CommitLog's end), dispatch their
         messages to the ConsumeQueues and the index, and tell the arrival listeners
-        (:meth:`CommitLog.append_replica`). ReplicaError when the bytes do not fit there."""
+        (:func:`app.store.log_replica.append_replica`). ReplicaError when the bytes do not fit there."""
         self.disk_guard.check_writable()
         checked = check_replica(data, offset, self.commitlog.file_size)
         entries: dict[tuple[str, int], int] = {}
@@ -149,8 +150,8 @@ class MessageWriter:
                 entries[key] = entries.get(key, 0) + 1
         held: list[MappedFile] = []
         try:
-            results = self.commitlog.append_replica(
-                offset, data, checked, lambda: self._prepare_queues(entries, held)
+            results = append_replica(
+                self.commitlog, offset, data, checked, lambda: self._prepare_queues(entries, held)
             )
         finally:
             for mapped in held:

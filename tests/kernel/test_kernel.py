@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from app import codec
 from app.broker import idempotency, plain
 from app.client import OutgoingMessage, aio_producer
-from app.store import commit_log, kernel, record_format, single_append
+from app.store import kernel, log_codec, record_format, single_append
 from app.store import record as record_module
 from app.store.consume_queue import UNIT
 from app.store.index_file import IndexFile
@@ -528,7 +528,7 @@ def test_write_records_matches_its_python_twin(
     start = min(start, len(records) - 1)
     limit = position + room
     ends = []
-    for write in (commit_log.python_write_records, compiled.write_records):
+    for write in (log_codec.python_write_records, compiled.write_records):
         mm = mmap.mmap(-1, 8192)
         mm[:] = bytes(range(256)) * 32
         queue_offsets = dict(offsets)
@@ -722,7 +722,7 @@ def queue_reads(draw: st.DrawFn) -> tuple[bytes, bytes, int, int]:
     base = 1 << 20
     mm = mmap.mmap(-1, 4096)
     results: list[AppendResult] = []
-    commit_log.python_write_records(mm, 0, 4096, base, records, 0, 1_700_000_000_000, {}, HOST, results, {})
+    log_codec.python_write_records(mm, 0, 4096, base, records, 0, 1_700_000_000_000, {}, HOST, results, {})
     segment = bytes(mm)
     mm.close()
     placed = [result for result in results if result.queue_id == 0]
@@ -774,7 +774,7 @@ def test_collect_records_matches_its_python_twin(
         sizes = [size for _, size, _ in ENTRY.iter_unpack(entries)][at : at - max_bytes]
         max_bytes = 10 * already + sum(size for size in sizes if size > 0)
     answers = []
-    for collect in (commit_log.python_collect_records, compiled.collect_records):
+    for collect in (log_codec.python_collect_records, compiled.collect_records):
         records: list[memoryview] = [memoryview(b"x" * 10)] * already
         queue_offsets = [-1] * already
         answer = collect(
@@ -795,7 +795,7 @@ def test_collect_records_matches_its_python_twin(
         )
         answers.append((answer, [bytes(record) for record in records], queue_offsets))
     assert answers[0] == answers[1]
-    assert commit_log.collect_records is compiled.collect_records
+    assert log_codec.collect_records is compiled.collect_records
 
 
 @st.composite

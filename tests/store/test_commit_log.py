@@ -21,6 +21,7 @@ from app.store import (
     PutStatus,
     parse_message_id,
 )
+from app.store.log_walk import records_since
 from app.store.record_format import FIXED_SIZE, SYSFLAG_PROPERTIES_END, encode_host, tags_hash
 from tests.store.conftest import TINY_COMMITLOG_FILE_SIZE, StoreFactory, message
 
@@ -402,5 +403,5 @@ def test_records_since_starts_at_the_first_record_stored_at_or_after_the_time(
     results = [store.append([message(body=b"m%03d" % n * 40)])[0] for n in range(40)]
     assert len(segment_files(store)) >= 3  # the hop crosses segments and their blank fillers
     timestamp = results[since].store_timestamp if since < len(results) else results[-1].store_timestamp + 1
-    found = [offset for offset, _ in store.commitlog.records_since(timestamp)]
+    found = [offset for offset, _ in records_since(store.commitlog, timestamp)]
     assert found == [r.physical_offset for r in results[since:]]

@@ -62,6 +62,7 @@ import pytest
 
 from app.store import FlushMode, GetMessageStatus, Message, MessageStore, StoreConfig, parse_message_id
 from app.store.flush import AsyncFlushService
+from app.store.log_walk import records_from
 from app.store.record import HEAD_SIZE, CheckedRecord, check_record, message_size
 from app.store.record_format import PROPERTY_UNIQ_KEY
 from tests.api.server import BrokerProcess
@@ -407,7 +408,7 @@ def check_log(store: MessageStore, workload: Workload) -> dict[int, CheckedRecor
     commitlog = store.commitlog
     records: dict[int, CheckedRecord] = {}
     bodies: dict[bytes, int] = {}
-    for physical_offset, record in commitlog.records_from(commitlog.min_offset):
+    for physical_offset, record in records_from(commitlog, commitlog.min_offset):
         message = store.look_message(physical_offset)
         assert message is not None, f"the record at {physical_offset} is not readable by its offset"
         assert message.body in workload.sent, f"the record at {physical_offset} holds a body nobody sent"

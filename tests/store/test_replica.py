@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.store import MessageStore
-from app.store.commit_log import ReplicaError
+from app.store.log_replica import ReplicaError
 from tests.store.conftest import TINY_COMMITLOG_FILE_SIZE, StoreFactory, message
 
 
