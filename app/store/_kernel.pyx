@@ -16,7 +16,7 @@ namespace ``app.store.kernel.compiled`` is (the names in _kernel.pyi). Their Pyt
 - _kernel_records.pyx: one record's bytes (app.store.record_format.encode_record,
   app.store.record.check_record and record_is, app.codec.message_json, messages_json and
   decode_records).
-- _kernel_log.pyx: runs of records in a CommitLog segment (app.store.commit_log.write_records and
+- _kernel_log.pyx: runs of records in a CommitLog segment (app.store.log_codec.write_records and
   collect_records) and one message's record with its ConsumeQueue entry
   (app.store.single_append.write_single).
 - _kernel_index.pyx: the IndexFile's entries (app.store.index_file.IndexFile.index_messages, key_hash).

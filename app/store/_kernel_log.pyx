@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Runs of records in a CommitLog segment, compiled. Twins: ``app.store.commit_log.python_write_records``
+"""Runs of records in a CommitLog segment, compiled. Twins: ``app.store.log_codec.python_write_records``
 (a batch's records copied into the segment and patched, their ConsumeQueue entries packed per
 queue), ``app.store.single_append.python_write_single`` (one message's record and its ConsumeQueue
-entry, in one call) and ``app.store.commit_log.python_collect_records`` (a pull's records within one segment,
+entry, in one call) and ``app.store.log_codec.python_collect_records`` (a pull's records within one segment,
 each checked against its ConsumeQueue entry).
 """
 
@@ -30,7 +30,7 @@ from app.store._kernel_records cimport is_record
 
 
 # ---------------------------------------------------------------------------------------------
-# Copying a batch's records into a CommitLog segment (app.store.commit_log.python_write_records).
+# Copying a batch's records into a CommitLog segment (app.store.log_codec.python_write_records).
 
 cdef object _AppendResult = None
 cdef object _PUT_OK = None
@@ -197,7 +197,7 @@ def write_single(
 
 
 # ---------------------------------------------------------------------------------------------
-# A pull's run of records out of one CommitLog segment (app.store.commit_log.python_collect_records).
+# A pull's run of records out of one CommitLog segment (app.store.log_codec.python_collect_records).
 
 def collect_records(
     entries,
@@ -215,7 +215,7 @@ def collect_records(
     list queue_offsets,
     int64_t total,
 ):
-    """app.store.commit_log.python_collect_records, compiled: the same slices, offsets and answer."""
+    """app.store.log_codec.python_collect_records, compiled: the same slices, offsets and answer."""
     cdef Py_buffer entry_view, segment_view
     cdef const uint8_t* entry
     cdef Py_ssize_t count, index = at, taken = len(records)
