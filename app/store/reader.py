@@ -75,9 +75,10 @@ class MessageReader:
         """Read up to ``max_messages`` records of one queue from ``offset``; with a filter, those it
         matches (an entry whose tag hash cannot match is passed over without reading the record)."""
         queue = self.queues.queues.get((topic, queue_id))
-        if queue is None or queue.max_offset == 0:
+        max_offset = queue.max_offset if queue is not None else 0
+        if queue is None or max_offset == 0:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-        min_offset, max_offset = queue.min_offset, queue.max_offset
+        min_offset = queue.min_offset
         if offset < min_offset:
             return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
         if offset == max_offset:
