@@ -5,11 +5,17 @@ had, reached the new master)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from app.broker import ha_metadata
+from app.broker.ha_slave import HaSlave
+from app.outbound.http import HttpOutbound
+from app.store import MessageStore, StoreConfig
 from tests.ha.replicas import TOPIC, caught_up, ha
 from tests.ha.test_failover import broker, registry, start_pair  # noqa: F401 - a fixture
 from tests.small_disk import fill, mounted_tmpfs
@@ -132,3 +138,75 @@ def test_a_slave_following_a_new_master_hands_over_no_offset_past_its_own_log(
     finally:
         slave.kill()
         master.kill()
+
+
+def follow(store: MessageStore, replicate_from: str, metadata_from: str, rounds: int) -> list[str]:
+    """Run a slave on ``store`` whose log follows ``replicate_from`` while its metadata comes from
+    ``metadata_from`` (a former master that still answers, as in a failover's first seconds), for
+    ``rounds`` metadata answers; the groups whose offsets it was handed."""
+
+    async def scenario() -> list[str]:
+        handed: list[str] = []
+
+        async def apply(answer: dict[str, Any]) -> None:
+            handed.extend(entry["group"] for entry in answer["offsets"])
+            await asyncio.to_thread(ha_metadata.apply_offsets, store, answer["offsets"])
+            applied.set()
+
+        async def find_master() -> str:
+            task = asyncio.current_task()
+            return metadata_from if task is not None and task.get_name() == "ha-metadata" else replicate_from
+
+        applied = asyncio.Event()
+        slave = HaSlave(store, find_master, 7, "http://127.0.0.1:9", apply, 200, link=HttpOutbound())
+        slave.start()
+        try:
+            async with asyncio.timeout(30):
+                while slave.following != replicate_from:
+                    await asyncio.sleep(0.05)
+                for _ in range(rounds):  # answered after the log follows its master
+                    applied.clear()
+                    await applied.wait()
+        finally:
+            await slave.stop()
+        return handed
+
+    return asyncio.run(scenario())
+
+
+def test_a_slave_takes_offsets_only_from_the_master_its_log_follows(
+    tmp_path: Path,
+    registry: str,  # noqa: F811
+) -> None:
+    """Offsets answered by another master than the one the log follows (a fenced former master,
+    still answering) may cover messages only it stored: the slave must not take them."""
+    first = broker(tmp_path, registry, "a", 0, broker_role="ASYNC_MASTER").start()
+    other = broker(tmp_path, registry, "x", 0, broker_role="ASYNC_MASTER", broker_name="broker-other").start()
+    store = MessageStore(
+        StoreConfig(
+            store_dir=tmp_path / "slave",
+            commitlog_file_size=1024 * 1024,  # as the brokers' (tests.api.server.BrokerProcess)
+            consumequeue_file_entries=1000,
+            max_hash_slots=16384,
+            max_index_count=65536,
+        )
+    ).open()
+    store.replica = True
+    try:
+        for master, group in ((first, "audit"), (other, "billing")):
+            response = httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": 1})
+            assert response.status_code == 201, response.text
+            send(master.url, [f"{group}-{n}" for n in range(4)])
+            commit = {"offsets": [{"topic": TOPIC, "queue_id": 0, "offset": 3}]}
+            assert httpx.put(f"{master.url}/v1/groups/{group}/offsets", json=commit).status_code == 200
+
+        assert follow(store, first.url, other.url, rounds=3) == []
+        assert store.consumer_offsets.committed("billing", TOPIC, 0) < 0
+        assert store.max_offset(TOPIC, 0) == 4  # the log followed its master meanwhile
+        # The same slave, its metadata from the master its log follows: offsets are taken.
+        assert "audit" in follow(store, first.url, first.url, rounds=2)
+        assert store.consumer_offsets.committed("audit", TOPIC, 0) == 3
+    finally:
+        store.close()
+        other.kill()
+        first.kill()
