@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -54,9 +54,13 @@ def print_api_message(message: dict[str, Any], json_output: bool) -> None:
     sys.stdout.flush()
 
 
-def print_messages(consumer: PullConsumer, limit: int | None, json_output: bool) -> int:
+def print_messages(
+    consumer: PullConsumer, limit: int | None, json_output: bool, interrupted: Sequence[int] = ()
+) -> int:
+    """Print until ``limit``, the end (``stop_at_end``), or a Ctrl-C in ``interrupted``; it is
+    looked at between polls (each waits at most 0.1 s), so every message taken is printed."""
     printed = 0
-    while limit is None or printed < limit:
+    while (limit is None or printed < limit) and not interrupted:
         consumed = consumer.poll(0.1)
         if consumed is None:
             if consumer.drained:
@@ -210,7 +214,10 @@ def consume_all_queues(
     try:
         consumer.start()
         try:
-            print_messages(consumer, limit, json_output)
+            # Ctrl-C is a flag here too: raised inside a poll, it would leave the poll running on
+            # the client's loop, to take a message that is never printed but then committed.
+            with interrupts_deferred() as caught:
+                print_messages(consumer, limit, json_output, caught)
         except KeyboardInterrupt:
             interrupted = True
         if commit:

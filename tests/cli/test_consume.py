@@ -141,14 +141,15 @@ def test_follow_waits_for_new_messages(broker: BrokerProcess, client: httpx.Clie
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", [(), ("--all-queues",)], ids=["member", "all-queues"])
 def test_ctrl_c_commits_what_was_printed_and_exits_130(
-    broker: BrokerProcess, client: httpx.Client, topic: str
+    broker: BrokerProcess, client: httpx.Client, topic: str, mode: tuple[str, ...]
 ) -> None:
     produce(client, topic, ["one", "two"], queue_id=1)
     # The child takes SIGINT's disposition from this process: when the test run was started with it
     # ignored (in the background of a shell without job control), so would the command be. A
     # handler here is reset to the default in the child, as a terminal's foreground job has it.
-    command = ("consume", topic, "-g", "cli-interrupted", "--from", "first", "--follow", "--commit")
+    command = ("consume", topic, "-g", "cli-interrupted", "--from", "first", "--follow", "--commit", *mode)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         process = wharf_process(*command, url=broker.url)
