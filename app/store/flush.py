@@ -4,10 +4,11 @@ Group commit (SPEC 1.7): a producer that needs durability puts a request for its
 flush thread swaps the write list and the read list under a short lock, forces the CommitLog once
 (twice if the data spans two segments) and completes every request whose bytes are now on disk.
 One ``fdatasync`` thus acknowledges every producer that arrived while the previous one ran.
-Requests are ``concurrent.futures.Future`` objects: threads wait on ``result()``. Asyncio code
-asks with :meth:`GroupCommitService.request_async` for a future of its own loop instead: the flush
-thread answers every waiter of a loop that one flush covered in a single hand-over to that loop,
-rather than one wake-up of the loop per producer (what ``asyncio.wrap_future`` would cost).
+A thread waits on a ``concurrent.futures.Future``'s ``result()``. Asyncio code asks with
+:meth:`GroupCommitService.request_async` for a future of its own loop instead, and no thread
+future is made for it: the flush thread answers every waiter of a loop that one flush covered in a
+single hand-over to that loop, rather than one wake-up of the loop per producer (what
+``asyncio.wrap_future`` would cost).
 
 Every request is answered by its deadline (``sync_flush_timeout_ms``), whatever the disk does: the
 flush thread answers False for a request it could not bring to disk in time, and a watchdog thread
@@ -28,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from pathlib import Path
 
 from app.store.atomic_file import sync_file_system
@@ -43,20 +44,37 @@ def _now_ms() -> int:
 
 
 class FlushRequest:
-    __slots__ = ("next_offset", "deadline_ms", "future", "waiter")
+    """A wait for the CommitLog to be on disk up to ``next_offset``: a blocking caller's ``future``,
+    or an event loop's ``waiter``. Answered once: the flush thread and the watchdog race for it."""
+
+    __slots__ = ("next_offset", "deadline_ms", "future", "waiter", "_unanswered")
 
     def __init__(
         self, next_offset: int, deadline_ms: int, waiter: asyncio.Future[bool] | None = None
     ) -> None:
         self.next_offset = next_offset
         self.deadline_ms = deadline_ms
-        self.future: Future[bool] = Future()
-        self.waiter = waiter  # an event loop's future, answered with ``future``
+        self.waiter = waiter  # an event loop's future, handed its answer by the loop's own thread
+        # A thread's future (with its lock and condition) only for a caller that blocks on it.
+        self.future: Future[bool] | None = Future() if waiter is None else None
+        self._unanswered = [True]  # popped by the one answer: list.pop is atomic
+
+    @property
+    def answered(self) -> bool:
+        return not self._unanswered
+
+    def claim(self) -> bool:
+        """True for the first caller only: the one that answers the request."""
+        try:
+            self._unanswered.pop()
+        except IndexError:
+            return False
+        return True
 
 
 class Answers:
-    """Answers given by one thread in one pass: each request's own future now, the event loops'
-    waiters among them in one hand-over per loop (:meth:`send`)."""
+    """Answers given by one thread in one pass: each blocking caller's future now, the event
+    loops' waiters in one hand-over per loop (:meth:`send`)."""
 
     __slots__ = ("_loops",)
 
@@ -64,10 +82,10 @@ class Answers:
         self._loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool]]] = {}
 
     def answer(self, request: FlushRequest, done: bool) -> None:
-        try:
-            request.future.set_result(done)
-        except InvalidStateError:  # the watchdog or the flush thread answered it first
+        if not request.claim():  # the watchdog or the flush thread answered it first
             return
+        if request.future is not None:
+            request.future.set_result(done)
         waiter = request.waiter
         if waiter is not None:
             self._loops.setdefault(waiter.get_loop(), []).append((waiter, done))
@@ -101,7 +119,7 @@ class FlushDeadlineWatchdog(ServiceThread):
     def watch(self, request: FlushRequest) -> None:
         with self._lock:
             pending = self._pending
-            while pending and pending[0].future.done():  # answered by the flush thread in time
+            while pending and pending[0].answered:  # answered by the flush thread in time
                 pending.popleft()
             pending.append(request)
 
@@ -110,7 +128,7 @@ class FlushDeadlineWatchdog(ServiceThread):
         overdue: list[FlushRequest] = []
         with self._lock:
             pending = self._pending
-            while pending and (pending[0].future.done() or pending[0].deadline_ms <= now):
+            while pending and (pending[0].answered or pending[0].deadline_ms <= now):
                 overdue.append(pending.popleft())
             next_deadline = pending[0].deadline_ms if pending else now + self.timeout_ms
         # Sleep until the oldest deadline; a request made meanwhile has a later one.
@@ -179,14 +197,14 @@ class GroupCommitService(ServiceThread):
     def request(self, next_offset: int) -> Future[bool]:
         """A future that becomes True when the CommitLog is on disk up to ``next_offset``,
         False when the flush timeout passed first."""
-        return self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms)).future
+        future = self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms)).future
+        assert future is not None  # a request without a waiter has its own
+        return future
 
     def request_async(self, next_offset: int) -> asyncio.Future[bool]:
         """As :meth:`request`, as a future of the running event loop (to be called from it)."""
         waiter = asyncio.get_running_loop().create_future()
-        request = self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms, waiter))
-        if request.future.done() and not waiter.done():  # answered at once: the service stopped
-            waiter.set_result(request.future.result())
+        self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms, waiter))
         return waiter
 
     def _put(self, request: FlushRequest) -> FlushRequest:
@@ -198,7 +216,9 @@ class GroupCommitService(ServiceThread):
                 return request
         # The service has stopped: answer from the disk as it is, after one more flush.
         self.flusher.flush_all()
-        request.future.set_result(self.flusher.files.flushed_where >= request.next_offset)
+        answers = Answers()
+        answers.answer(request, self.flusher.files.flushed_where >= request.next_offset)
+        answers.send()
         return request
 
     def _swap(self) -> None:
@@ -213,7 +233,7 @@ class GroupCommitService(ServiceThread):
         files = self.flusher.files
         answers = Answers()
         for request in requests:
-            if request.future.done():  # timed out by the watchdog while the disk was stuck
+            if request.answered:  # timed out by the watchdog while the disk was stuck
                 continue
             # A request can span two segments: at most two flushes bring it to disk.
             for _ in range(2):

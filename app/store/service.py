@@ -15,7 +15,10 @@ class Wakeup:
         self._event = threading.Event()
 
     def notify(self) -> None:
-        self._event.set()
+        # Set already: the waiter clears it only before its next pass, which sees what the caller
+        # published before this call. Skipping the set spares the event's lock and notify.
+        if not self._event.is_set():
+            self._event.set()
 
     def wait(self, timeout_s: float) -> None:
         self._event.wait(timeout_s)
