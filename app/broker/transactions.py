@@ -176,7 +176,7 @@ class Transactions:
         """Wait until everything this service appended is as durable as the flush mode promises."""
         last = self._last_appended
         if last is not None and self.store.group_commit is not None:
-            await asyncio.wrap_future(self.store.durable([last]))
+            await self.store.wait_durable([last])
 
     # -- begin -----------------------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ class Transactions:
                 }
             durable = True
             if self.store.group_commit is not None:
-                durable = await asyncio.wrap_future(self.store.durable(appended))
+                durable = await self.store.wait_durable(appended)
             for index, _, _ in fresh:
                 answers[index]["status"] = _status(durable)  # type: ignore[index]
         results: list[dict[str, Any]] = []
@@ -316,7 +316,7 @@ class Transactions:
         self.table.add(OpenTransaction.stored(transaction_id, group, topic, result))
         durable = True
         if self.store.group_commit is not None:
-            durable = await asyncio.wrap_future(self.store.durable([result]))
+            durable = await self.store.wait_durable([result])
         return {
             "transaction_id": transaction_id,
             "state": "OPEN",
@@ -381,7 +381,7 @@ class Transactions:
         appended = store.append_records(end.records, end.total_size, end.entries)
         durable = True
         if store.group_commit is not None:
-            durable = await asyncio.wrap_future(store.durable(appended))
+            durable = await store.wait_durable(appended)
         return appended, durable
 
     async def _end_many(
