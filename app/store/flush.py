@@ -47,16 +47,23 @@ class FlushRequest:
     """A wait for the CommitLog to be on disk up to ``next_offset``: a blocking caller's ``future``,
     or an event loop's ``waiter``. Answered once: the flush thread and the watchdog race for it."""
 
-    __slots__ = ("next_offset", "deadline_ms", "future", "waiter", "_unanswered")
+    __slots__ = ("next_offset", "deadline_ms", "future", "waiter", "latch", "outcome", "_unanswered")
 
     def __init__(
-        self, next_offset: int, deadline_ms: int, waiter: asyncio.Future[bool] | None = None
+        self,
+        next_offset: int,
+        deadline_ms: int,
+        waiter: asyncio.Future[bool] | None = None,
+        latch: threading.Lock | None = None,
     ) -> None:
         self.next_offset = next_offset
         self.deadline_ms = deadline_ms
         self.waiter = waiter  # an event loop's future, handed its answer by the loop's own thread
-        # A thread's future (with its lock and condition) only for a caller that blocks on it.
-        self.future: Future[bool] | None = Future() if waiter is None else None
+        # A thread blocked in GroupCommitService.wait: a held lock, released with ``outcome`` set.
+        self.latch = latch
+        self.outcome = False
+        # A thread's future (with its lock and condition) only for a caller that asked for one.
+        self.future: Future[bool] | None = Future() if waiter is None and latch is None else None
         self._unanswered = [True]  # popped by the one answer: list.pop is atomic
 
     @property
@@ -86,6 +93,9 @@ class Answers:
             return
         if request.future is not None:
             request.future.set_result(done)
+        if request.latch is not None:
+            request.outcome = done
+            request.latch.release()
         waiter = request.waiter
         if waiter is not None:
             self._loops.setdefault(waiter.get_loop(), []).append((waiter, done))
@@ -200,6 +210,15 @@ class GroupCommitService(ServiceThread):
         future = self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms)).future
         assert future is not None  # a request without a waiter has its own
         return future
+
+    def wait(self, next_offset: int) -> bool:
+        """Block until the CommitLog is on disk up to ``next_offset`` (True) or the flush timeout
+        passed (False): :meth:`request` without a future, for a thread that only waits."""
+        latch = threading.Lock()
+        latch.acquire()
+        request = self._put(FlushRequest(next_offset, _now_ms() + self.timeout_ms, latch=latch))
+        latch.acquire()  # released by the answer, which the watchdog gives by the deadline
+        return request.outcome
 
     def request_async(self, next_offset: int) -> asyncio.Future[bool]:
         """As :meth:`request`, as a future of the running event loop (to be called from it)."""

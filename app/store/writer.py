@@ -192,8 +192,9 @@ class MessageWriter:
     def put(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
         results = self.append(messages)
-        if self.services.group_commit is not None and results:
-            ok = self.durable(results).result()
+        group_commit = self.services.group_commit
+        if group_commit is not None and results:
+            ok = group_commit.wait(max(result.end_offset for result in results))
             if not ok:
                 results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
         return results
