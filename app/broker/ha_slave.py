@@ -234,7 +234,7 @@ class HaSlave:
         cut = answer.get("truncate_to")
         if cut is not None and cut < offset:
             log.warning("%s lacks this log past %d (epochs %s): cutting it there", master, cut, entries)
-            await asyncio.to_thread(self.store.truncate_replica, cut)
+            await asyncio.to_thread(self.store.cut_back, cut)
         if entries != self.store.epochs.entries:
             await asyncio.to_thread(self.store.epochs.replace, entries)
         return cut is None or cut >= offset

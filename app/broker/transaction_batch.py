@@ -7,8 +7,9 @@ holds, REAL_QID -1: its messages choose their queues at commit); the open table,
 checkpoint and recovery treat it as any half message. Its commit encodes the batch's records as a
 plain produce does (the compiled ``encode_batch`` when the batch is plain, the broker's general
 path otherwise) and appends them and the op record in one append: the messages become visible
-together, and a crash leaves either all of them and the op record, or neither. A rollback appends
-the op record only.
+together. A crash in the middle of that append can leave the first messages and not the op record:
+the broker cuts them off as it starts (:mod:`app.broker.transaction_torn`), so a crash leaves
+either all of them and the op record, or neither. A rollback appends the op record only.
 
 A producer may name a batch transaction with a **transaction key** (the half record's KEYS): a
 begin that repeats a key of the same topic and producer group stores nothing and answers the
@@ -18,6 +19,7 @@ long as the half record is stored. This is what lets a replayed write find what 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 from app.broker.delay import is_delayed
 from app.broker.errors import InvalidParameterError
 from app.broker.plain import plain_encoder
-from app.broker.transaction_message import HALF_TOPIC, half_message
+from app.broker.transaction_message import HALF_TOPIC, half_message, transaction_id_of
 from app.codec import BatchFormatError, IncomingMessage, parse_batch
 from app.routing.topic_config import TopicConfig
 from app.store import Message
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 
 PROPERTY_TRANSACTION_BATCH = "TRAN_BATCH"  # how many messages a batch transaction's half holds
 MAX_TRANSACTION_KEY = 128
+COMMIT_ID_PREFIX_BYTES = 10  # 20 hex digits, as the generator's prefix: ids of 32 digits
 
 
 class EncodedEnd:
@@ -113,12 +116,15 @@ def parse(data: bytes) -> list[IncomingMessage]:
     return batch
 
 
-def half_batch(topic: str, data: bytes, count: int, producer_group: str, key: str | None) -> Message:
-    """The half record of a batch transaction: ``data`` (the binary batch) as its body."""
+def half_batch(
+    topic: str, data: bytes, count: int, producer_group: str, key: str | None, born_host: bytes
+) -> Message:
+    """The half record of a batch transaction: ``data`` (the binary batch) as its body, and the
+    producer's address (``born_host``), which its commit gives each message."""
     properties = {PROPERTY_TRANSACTION_BATCH: str(count)}
     if key is not None:
         properties[PROPERTY_KEYS] = key
-    message = Message(topic, data, 0, properties)
+    message = Message(topic, data, 0, properties, born_host=born_host)
     half = half_message(message, producer_group)
     half.properties[PROPERTY_REAL_QUEUE_ID] = "-1"
     return half
@@ -136,17 +142,38 @@ def matches(half: StoredMessage, topic: str, producer_group: str, key: str) -> b
     )
 
 
+def commit_ids(transaction_id: str) -> tuple[str, int]:
+    """The unique ids a batch transaction's commit gives the messages that came without one:
+    (prefix, first counter), from the transaction id alone. A commit made again (after a crash
+    tore the first, :mod:`app.broker.transaction_torn`) gives the same ids, and no id the broker's
+    own generator gives can be one of them (its prefix is its host, process and a random salt)."""
+    return hashlib.blake2b(transaction_id.encode(), digest_size=COMMIT_ID_PREFIX_BYTES).hexdigest().upper(), 0
+
+
 def encode_messages(
-    broker: Broker, config: TopicConfig, batch: Sequence[IncomingMessage], born_host: bytes, now_ms: int
+    broker: Broker,
+    config: TopicConfig,
+    batch: Sequence[IncomingMessage],
+    born_host: bytes,
+    now_ms: int,
+    unique_ids: tuple[str, int] | None = None,
 ) -> EncodedEnd:
     """The records of ``batch`` as the broker's general produce path makes them (queues chosen,
-    unique ids given, properties checked); MessageRejectedError or a BrokerError for a bad one."""
+    unique ids given - from ``unique_ids``' prefix and counter when given, else the broker's -
+    properties checked); MessageRejectedError or a BrokerError for a bad one."""
     store = broker.store
     end = EncodedEnd()
     check_fits = store.commitlog.check_fits
+    counter = unique_ids[1] if unique_ids is not None else 0
     for incoming in batch:
         supplied = incoming.unique_id
-        unique_id = supplied or broker.unique_ids.next()
+        if supplied is not None:
+            unique_id = supplied
+        elif unique_ids is not None:
+            unique_id = f"{unique_ids[0]}{counter & 0xFFFFFFFFFFFF:012X}"
+            counter += 1
+        else:
+            unique_id = broker.unique_ids.next()
         message = broker.to_message(
             config.name, broker.choose_queue(config, incoming), incoming, unique_id, born_host
         )
@@ -161,10 +188,16 @@ def encode_messages(
 
 
 def encode_plain(
-    broker: Broker, config: TopicConfig, data: bytes, born_host: bytes, now_ms: int
+    broker: Broker,
+    config: TopicConfig,
+    data: bytes,
+    born_host: bytes,
+    now_ms: int,
+    unique_ids: tuple[str, int] | None = None,
 ) -> EncodedEnd | None:
-    """The records of the binary batch ``data`` in one compiled call, as a plain produce makes them;
-    None when the kernel is not loaded or the batch is not plain (then :func:`encode_messages`)."""
+    """The records of the binary batch ``data`` in one compiled call, as a plain produce makes them
+    (unique ids from ``unique_ids``' prefix and counter when given, else the broker's); None when
+    the kernel is not loaded or the batch is not plain (then :func:`encode_messages`)."""
     if compiled is None:
         return None
     store = broker.store
@@ -177,14 +210,15 @@ def encode_plain(
         validate_topic(topic, limits.max_topic_length),
         now_ms,
         round_robin,
-        (broker.unique_ids.prefix, broker.unique_ids.counter),
+        unique_ids or (broker.unique_ids.prefix, broker.unique_ids.counter),
         born_host,
     )
     if not compiled.encode_batch(data, encoder):
         return None
     made, ids, queues, size, body_size, round_robin_after, counter_after = encoder.result()
     broker.round_robin[topic] = round_robin_after
-    broker.unique_ids.counter = counter_after
+    if unique_ids is None:
+        broker.unique_ids.counter = counter_after
     end = EncodedEnd()
     end.records = list(made)
     end.total_size = size
@@ -197,10 +231,12 @@ def encode_plain(
 def encode_commit(
     broker: Broker, config: TopicConfig, half: StoredMessage, now_ms: int | None = None
 ) -> EncodedEnd:
-    """The records a batch transaction's commit makes visible, in the batch's order."""
+    """The records a batch transaction's commit makes visible, in the batch's order; the messages
+    without a unique id of their own get the transaction's (:func:`commit_ids`)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     data = bytes(half.body)
-    end = encode_plain(broker, config, data, half.born_host, now)
+    ids = commit_ids(transaction_id_of(half))
+    end = encode_plain(broker, config, data, half.born_host, now, ids)
     if end is None:
-        end = encode_messages(broker, config, parse(data), half.born_host, now)
+        end = encode_messages(broker, config, parse(data), half.born_host, now, ids)
     return end

@@ -73,6 +73,7 @@ from app.broker.transaction_message import (
     visible_properties,
 )
 from app.broker.transaction_table import OpenTransaction, TransactionTable
+from app.broker.transaction_torn import cut_torn_commit
 from app.codec import IncomingMessage, encode_body
 from app.routing.topic_config import TopicConfig, TopicConfigManager
 from app.settings import Settings
@@ -156,14 +157,26 @@ class Transactions:
         self._ending: set[str] = set()  # transactions whose end is being written
         self._keys_beginning: set[tuple[str, str, str]] = set()  # (topic, group, key) of batch begins
         self._last_appended: AppendResult | None = None
+        self._recovered = False
 
     # -- life cycle ------------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Rebuild the open transactions, load the check endpoints and start checking."""
-        await asyncio.to_thread(self.producers.load)
+    async def recover(self) -> None:
+        """Rebuild the open transactions, and cut a batch commit a crash tore off the log's end
+        (:mod:`app.broker.transaction_torn`): before anything else reads the log's tail."""
+        if self._recovered:
+            return
         await asyncio.to_thread(self.table.load)
+        self._recovered = True
         log.info("transactions: %d open after the restart", len(self.table.open))
+        if not self.store.replica:  # a slave's tail is cut by the master it follows
+            await asyncio.to_thread(cut_torn_commit, self.broker, self.table)
+
+    async def open(self) -> None:
+        """Recover the open transactions (if not done yet), load the check endpoints and start
+        checking."""
+        await self.recover()
+        await asyncio.to_thread(self.producers.load)
         if not self.store.replica:  # a slave's half messages are checked by its master
             self.checker.start()
 
@@ -293,7 +306,7 @@ class Transactions:
             broker.round_robin[topic], broker.unique_ids.counter = round_robin, counter
         count = len(checked.records)
         if key is None:
-            return await self._store_batch(topic, data, count, group, None)
+            return await self._store_batch(topic, data, count, group, None, born_host)
         flight = (topic, group, key)
         if flight in self._keys_beginning:
             raise TransactionEndedError(key, None, "is being begun by another request")
@@ -302,15 +315,15 @@ class Transactions:
             earlier = await self.batch_by_key(topic, group, key)
             if earlier is not None:
                 return earlier
-            return await self._store_batch(topic, data, count, group, key)
+            return await self._store_batch(topic, data, count, group, key, born_host)
         finally:
             self._keys_beginning.discard(flight)
 
     async def _store_batch(
-        self, topic: str, data: bytes, count: int, group: str, key: str | None
+        self, topic: str, data: bytes, count: int, group: str, key: str | None, born_host: bytes
     ) -> dict[str, Any]:
         self._check_room(1)
-        (result,) = self.store.append([half_batch(topic, data, count, group, key)])
+        (result,) = self.store.append([half_batch(topic, data, count, group, key, born_host)])
         self._last_appended = result
         transaction_id = result.msg_id
         self.table.add(OpenTransaction.stored(transaction_id, group, topic, result))

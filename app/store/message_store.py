@@ -369,11 +369,12 @@ class MessageStore:
         replication, :meth:`MessageWriter.append_replica`)."""
         return self.writer.append_replica(offset, data)
 
-    def truncate_replica(self, offset: int) -> None:
-        """Cut the CommitLog back to ``offset`` (a record boundary it shares with the master it now
-        follows) and the ConsumeQueue entries past it: a former master drops the tail the new
-        master never had before it appends the new master's bytes. The index keeps its entries;
-        a lookup checks the record it finds."""
+    def cut_back(self, offset: int) -> None:
+        """Cut the CommitLog back to ``offset`` (a record boundary) and the ConsumeQueue entries
+        past it: a former master drops the tail the new master never had (a boundary the two share)
+        before it appends the new master's bytes; a broker starting drops a batch commit a crash
+        tore (:mod:`app.broker.transaction_torn`). The index keeps its entries; a lookup checks the
+        record it finds."""
         commitlog = self.commitlog
         with commitlog.lock:
             if offset >= commitlog.max_offset:

@@ -65,7 +65,7 @@ def test_a_cut_replica_drops_the_tail_from_its_queues_and_takes_the_masters_inst
     for number in range(4):
         master.append([message(body=f"new-{number}".encode(), queue_id=number % 2)])
 
-    slave.truncate_replica(common)
+    slave.cut_back(common)
     assert slave.commitlog.max_offset == common
     assert [slave.max_offset("orders", queue_id) for queue_id in (0, 1)] == [5, 5]
     copy_all(master, slave)
@@ -94,7 +94,7 @@ def test_a_cut_replica_lowers_the_offsets_committed_past_the_cut(
     slave.consumer_offsets.commit("billing", "orders", 0, 7)
     slave.consumer_offsets.commit("audit", "orders", 0, 2)
 
-    slave.truncate_replica(common)
+    slave.cut_back(common)
     assert slave.consumer_offsets.committed("billing", "orders", 0) == 4
     assert slave.consumer_offsets.committed("audit", "orders", 0) == 2
     master.append([message(body=b"new-0")])

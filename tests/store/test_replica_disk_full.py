@@ -337,7 +337,7 @@ def is_cut_back_on_a_full_disk(root: Path, disk: Path) -> None:
 
     filler = fill(disk, leave_bytes=FULL_LEFT)
     slave.disk_guard.refresh()  # its next probe: writes refused, even into blocks allocated before
-    slave.truncate_replica(cut)
+    slave.cut_back(cut)
     assert slave.commitlog.max_offset == cut and len(slave.commitlog.files.files) == 3
     Producer(new_master, seed=5).until(lambda end: end >= cut + 8_000)
     assert new_master.commitlog.max_offset < 3 * SEGMENT - SEGMENT // 4  # short of the old tail
