@@ -44,6 +44,7 @@ async def read_or_hold(
     wait_s: float,
     receive: Receive | None = None,
     wake: WakeEvent | None = None,
+    at_end: bool = False,
 ) -> Read:
     """Read up to ``max_messages`` (a number, or asked again before every read) from ``offset``;
     with nothing new, hold up to ``wait_s`` until a matching message arrives, then read again.
@@ -52,12 +53,20 @@ async def read_or_hold(
     range), when the wait is over, when the client goes away (``receive``), when ``wake`` is set,
     after MAX_SCAN_SLICES_PER_PULL slices of non-matching messages, or when ``max_messages`` comes
     back as 0 after a wait (the last read is answered then).
+
+    ``at_end``: the caller's last read ended at the queue's end, so the first read would most
+    likely find nothing: hold at once, and read when something arrives (an offset the queue has
+    passed already answers the hold at once). A hold that ends otherwise answers an
+    OFFSET_OVERFLOW_ONE read at ``offset`` that was not made.
     """
     limit = max_messages if callable(max_messages) else lambda: max_messages
     deadline = time.monotonic() + wait_s
     codes = message_filter.codes if message_filter is not None else None
     slices = 0
-    result = store.get_message(topic, queue_id, offset, limit(), message_filter)
+    if at_end:
+        result = GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, offset, offset)
+    else:
+        result = store.get_message(topic, queue_id, offset, limit(), message_filter)
     while True:
         status = result.status
         if status is GetMessageStatus.FOUND:

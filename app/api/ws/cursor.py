@@ -18,6 +18,7 @@ class QueueCursor:
     def __init__(self, queue_id: int, offset: int, committed: int) -> None:
         self.queue_id = queue_id
         self.offset = offset  # the next offset to read from the store
+        self.at_end = False  # the last read ended at the queue's end: hold before reading again
         self.committed = committed  # the last offset committed for the group
         self.inflight: set[int] = set()
         self._heap: list[int] = []  # inflight offsets, with acknowledged ones removed lazily

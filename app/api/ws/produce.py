@@ -18,7 +18,7 @@ their results are tagged with the frame's number and the message's index instead
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from fastapi import APIRouter, WebSocket
 
@@ -52,10 +52,6 @@ class BinaryFrame(NamedTuple):
     messages: int  # as its head says (one when it says none): what it weighs against the bound
 
 
-def binary_frame(data: bytes, number: int) -> Entry:
-    return {"frame": number}, BinaryFrame(number, data, max(batch_count(data), 1))
-
-
 def leading_frames(entries: list[Entry]) -> list[BinaryFrame]:
     frames = []
     for _, item in entries:
@@ -63,11 +59,6 @@ def leading_frames(entries: list[Entry]) -> list[BinaryFrame]:
             break
         frames.append(item)
     return frames
-
-
-def weight(entries: list[Entry]) -> int:
-    """The messages of ``entries``, a binary frame's as its head says."""
-    return sum(item.messages if isinstance(item, BinaryFrame) else 1 for _, item in entries)
 
 
 def parse_message(frame: dict[str, Any]) -> IncomingMessage | ApiError:
@@ -116,7 +107,8 @@ class ProduceSession:
         self.waiting: list[Entry] = []
         self.pending = 0  # waiting plus the batch being stored
         self.pending_bytes = 0  # the frames of those messages
-        self._sizes: list[int] = []  # frame sizes of the pending messages, in frame order
+        # What of ``pending`` and ``pending_bytes`` is still waiting (not in the batch being stored).
+        self.waiting_weight = self.waiting_bytes = 0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -156,17 +148,19 @@ class ProduceSession:
                 return
             data, size = received
             if self.binary and isinstance(data, bytes):
-                entries = [binary_frame(data, self.binary_frames)]
+                item = BinaryFrame(self.binary_frames, data, max(batch_count(data), 1))
+                entry: Entry = ({"frame": item.number}, item)
+                messages = item.messages
                 self.binary_frames += 1
             else:
                 frame = parse_frame(data)
-                entries = [({"id": frame.get("id")}, parse_message(frame))]
-            self.waiting.extend(entries)
+                entry, messages = ({"id": frame.get("id")}, parse_message(frame)), 1
+            self.waiting.append(entry)
             self._answered.clear()
-            self.pending += weight(entries)
+            self.pending += messages
             self.pending_bytes += size
-            # A frame's bytes are released with its last message.
-            self._sizes.extend([0] * (len(entries) - 1) + [size])
+            self.waiting_weight += messages
+            self.waiting_bytes += size
             if self.pending >= self.max_pending or self.pending_bytes >= self.max_pending_bytes:
                 self._room.clear()
             self._arrived.set()
@@ -175,12 +169,13 @@ class ProduceSession:
         while True:
             await self._arrived.wait()
             batch, self.waiting = self.waiting, []
+            taken, taken_bytes = self.waiting_weight, self.waiting_bytes
+            self.waiting_weight = self.waiting_bytes = 0
             self._arrived.clear()
             results = await self._store(batch)
             await self.sender.send({"type": "results", "results": results})
-            self.pending -= weight(batch)
-            self.pending_bytes -= sum(self._sizes[: len(batch)])
-            del self._sizes[: len(batch)]
+            self.pending -= taken
+            self.pending_bytes -= taken_bytes
             self._room.set()
             if not self.pending:
                 self._answered.set()
@@ -188,6 +183,8 @@ class ProduceSession:
     async def _store(self, batch: list[Entry]) -> list[dict[str, Any]]:
         """Results in frame order, stored in frame order: the binary frames of plain batches
         together in one compiled call, the messages of other frames in one append per run."""
+        if not self.binary:  # JSON frames only: one message each
+            return await self._store_messages(cast(list[Parsed], batch))
         results: list[dict[str, Any]] = []
         position = 0
         while position < len(batch):

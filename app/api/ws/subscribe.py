@@ -87,6 +87,7 @@ class Subscription:
         self.max_unacked = settings.ws_max_unacked if params.group is not None else None
         self.hold_s = settings.ws_hold_ms / 1000
         self._changed = asyncio.Event()
+        self._readers_waiting = 0  # readers in _until_changed: a change with none waiting is free
         self._failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -154,8 +155,17 @@ class Subscription:
 
     def _notify(self) -> None:
         """Wake every reader waiting for credit, ack room, byte room or a redelivery."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._readers_waiting:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def _until_changed(self) -> None:
+        """Wait for the next :meth:`_notify`."""
+        self._readers_waiting += 1
+        try:
+            await self._changed.wait()
+        finally:
+            self._readers_waiting -= 1
 
     # -- silent clients --------------------------------------------------------------------------
 
@@ -342,19 +352,19 @@ class Subscription:
             if self.sender.room_bytes() <= 0:
                 # The client has not taken what was sent: no more is read for it (the sender's
                 # timeout ends a client that takes nothing).
-                await self._changed.wait()
+                await self._until_changed()
                 continue
             if cursor.redeliver:
                 if self.credit > 0:
                     await self._redeliver(cursor)
                 else:
                     self._wait_on_client()
-                    await self._changed.wait()
+                    await self._until_changed()
                 continue
             cursor.kick.clear()
             if self._room() <= 0:
                 self._wait_on_client()
-                await self._changed.wait()
+                await self._until_changed()
                 continue
             read = await read_or_hold(
                 broker.store,
@@ -366,7 +376,9 @@ class Subscription:
                 message_filter,
                 self.hold_s,
                 wake=cursor.kick,
+                at_end=cursor.at_end,
             )
+            cursor.at_end = False
             if read.shutdown:
                 raise WsClose(GOING_AWAY, "the broker is shutting down")
             result = read.result
@@ -387,9 +399,11 @@ class Subscription:
                 else:
                     frame, sent = messages_frame(topic, queue_id, result.records, self.sender.room_bytes())
                 offsets = result.queue_offsets[:sent]
-                cursor.offset = (
-                    result.next_offset if sent == len(result.records) else result.queue_offsets[sent]
-                )
+                if sent == len(result.records):
+                    cursor.offset = result.next_offset
+                    cursor.at_end = cursor.offset >= result.max_offset
+                else:
+                    cursor.offset = result.queue_offsets[sent]
                 self.credit -= sent
                 broker.metrics.count_consumed(topic, self.params.group, sent)
                 if self.max_unacked is not None:
