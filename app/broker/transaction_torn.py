@@ -128,9 +128,11 @@ def _written(store: MessageStore, start: int, expected: list[StoredMessage]) -> 
 
 
 def _same(expected: StoredMessage, stored: StoredMessage) -> bool:
-    """The record a commit makes now and a stored one: the same message, unique id included (so
-    never a message a plain produce stored, whose id came from the producer or the broker's
-    generator)."""
+    """The record a commit makes now and a stored one: the same message, unique id included. So
+    not a produce of the same messages: the ids the broker gives it come from its generator, never
+    a transaction's. Only a produce carrying the very ids the producer supplied for the
+    transaction's messages could pass, and the idempotency window answers such a repeat without
+    storing it for as long as it remembers them."""
     return (
         stored.topic == expected.topic
         and stored.body == expected.body
