@@ -1,18 +1,25 @@
-"""A batch transaction's commit torn by a crash: found at start and cut back whole.
+"""A transaction's commit torn by a crash: found at start and cut back whole.
 
-A batch commit appends the batch's messages and then its op record in one append
-(:mod:`app.broker.transaction_batch`). A crash in the middle of that copy (a SIGKILL, a power loss)
-can leave the first messages whole and the rest, op record included, not: recovery keeps every
-whole record, so the transaction would be open again while some of its messages were visible, and
-the commit that finishes it (a rerun, the resolve command, a check) would store those again.
+A commit appends the messages it makes visible and then its op record in one append (a commit of
+many transactions appends each one's records in turn). A crash in the middle of that copy (a
+SIGKILL, a power loss) can leave the first messages whole and the rest, op record included, not:
+recovery keeps every whole record, so the transaction would be open again while some of its
+messages were visible, and the commit that finishes it (a rerun, the resolve command, a check)
+would store those again.
 
-So before anything reads the log's tail at start, the broker looks at its last record. When the
-log ends with the first ``j`` messages of an open batch transaction's commit - the same records its
-commit makes now (body, properties and unique ids: a commit gives the messages without an id of
-their own ids made from the transaction id, :func:`~app.broker.transaction_batch.commit_ids`),
-contiguous, ending where the log ends, and written by one append (one store time, one born time) -
-it cuts the log back to where they begin. The transaction is then open with none of its messages visible, as if the crash had
-come before the commit, and the commit that finishes it stores each message once.
+So before anything reads the log's tail at start, the broker looks at its last record, and cuts
+the log back to where a torn commit begins when the log ends with one:
+
+* a single message's commit: a record with sysflag TRANSACTION_COMMIT whose prepared transaction
+  offset names the half copy of a transaction still open;
+* a batch transaction's (:mod:`app.broker.transaction_batch`): the first ``j`` messages of an open
+  batch transaction's commit - the same records its commit makes now (body, properties and unique
+  ids: a commit gives the messages without an id of their own ids made from the transaction id,
+  :func:`~app.broker.transaction_batch.commit_ids`), contiguous, ending where the log ends, and
+  written by one append (one store time, one born time).
+
+The transaction is then open with none of its messages visible, as if the crash had come before
+the commit, and the commit that finishes it stores each message once.
 
 Left alone: a slave (the master it follows cuts its tail at the handshake), and a torn commit
 followed by other records (a commit is one append, so only the log's last append can be torn).
@@ -25,9 +32,10 @@ from typing import TYPE_CHECKING
 
 from app.broker.errors import BrokerError
 from app.broker.transaction_batch import encode_commit, is_batch
-from app.broker.transaction_message import HALF_TOPIC, OP_TOPIC
+from app.broker.transaction_message import HALF_TOPIC, OP_TOPIC, SYSFLAG_TRANSACTION_COMMIT
 from app.store.errors import CorruptRecordError, StoreError
 from app.store.record import StoredMessage, decode_record
+from app.store.record_format import SYSFLAG_TRANSACTION_MASK
 
 if TYPE_CHECKING:
     from app.broker.transaction_table import OpenTransaction, TransactionTable
@@ -46,6 +54,12 @@ def torn_commit(broker: Broker, table: TransactionTable) -> tuple[str, int] | No
         return None
     last = store.look_message(last_offset)
     if last is None or last.topic in (HALF_TOPIC, OP_TOPIC):
+        return None
+    if last.sysflag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT:
+        # A single message's commit: its message names the half copy it makes visible.
+        for entry in table.open.values():
+            if entry.physical_offset == last.prepared_transaction_offset:
+                return entry.transaction_id, last_offset
         return None
     end = last_offset + last.size
     for entry in table.open.values():

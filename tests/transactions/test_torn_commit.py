@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -22,7 +23,7 @@ from app.store.record_format import NO_HOST
 from tests.api.server import BrokerProcess
 from tests.transactions.test_batch_restart import GROUP, TOPIC, kernel, restart, start  # noqa: F401
 from tests.transactions.test_batch_transaction import begin_batch, rows, topic_messages
-from tests.transactions.transacting import commit
+from tests.transactions.transacting import begin, commit
 
 pytestmark = [pytest.mark.crash]
 
@@ -56,7 +57,11 @@ def tear(store: Path, kept: int) -> None:
     # The commit gives its messages the producer's address, as a produce from it does.
     assert {record.born_host for _, record in commit_records} != {NO_HOST}
     assert {record.born_host[:4] for _, record in commit_records} == {written[0][1].born_host[:4]}
-    cut = commit_records[kept][0] if kept < BATCH else written[-1][0]
+    zero_from(segment, commit_records[kept][0] if kept < BATCH else written[-1][0], written)
+
+
+def zero_from(segment: Path, cut: int, written: list[tuple[int, StoredMessage]]) -> None:
+    """Zero ``segment`` from ``cut`` to the end of its last record."""
     end = written[-1][0] + written[-1][1].size
     descriptor = os.open(segment, os.O_WRONLY)
     try:
@@ -114,3 +119,27 @@ def test_a_produce_of_the_same_messages_that_ends_the_log_is_not_cut(process: Br
     client = restart(process)
     assert sorted(m["body"] for m in topic_messages(client, TOPIC)) == [f"torn-{i}" for i in range(BATCH)]
     assert client.get(f"/v1/producers/{GROUP}").json()["open_transactions"] == 1
+
+
+def test_a_single_message_commit_torn_before_its_op_record_is_cut(process: BrokerProcess) -> None:
+    """A transaction of one message: its commit's message whole, its op record lost."""
+    client = httpx.Client(base_url=process.url, timeout=30)
+    assert client.post(f"/v1/topics/{TOPIC}/messages", json={"body": "before"}).status_code == 200
+    (begun,) = begin(client, TOPIC, GROUP, {"body": "single"})
+    assert commit(client, begun["transaction_id"]).status_code == 200
+
+    process.kill()
+    segment = process.store_dir / "commitlog" / f"{0:020d}"
+    written = records(segment)
+    assert [(record.topic, record.body) for _, record in written[-2:]] == [
+        (TOPIC, b"single"),
+        (OP_TOPIC, ANY),
+    ]
+    zero_from(segment, written[-1][0], written)
+    client = restart(process)
+
+    assert [m["body"] for m in topic_messages(client, TOPIC)] == ["before"]
+    assert client.get(f"/v1/producers/{GROUP}").json()["open_transactions"] == 1
+    assert commit(client, begun["transaction_id"]).status_code == 200
+    client = restart(process)
+    assert sorted(m["body"] for m in topic_messages(client, TOPIC)) == ["before", "single"]
