@@ -47,6 +47,21 @@ class SlaveReports:
         ]
         return [other for _, other in sorted(ahead)]
 
+    def unheard_since(self, broker_id: int, master_id: int, since: float) -> list[int]:
+        """The other slaves not heard from since ``since`` (on :attr:`clock`: when this slave found
+        the master silent): how far their logs go now is not known, and a report from before the
+        master went silent may lack the SEND_OKs it gave last. One is waited for up to two of its
+        report periods (a fifth of its failover period each) past ``since``; then it counts as
+        not reporting."""
+        now = self.clock()
+        return [
+            other
+            for other, (_, seen_at) in self._beats_seen.items()
+            if other not in (broker_id, master_id)
+            and seen_at <= since
+            and now - since < 2 * self.reports[other].failover_ms / 5000
+        ]
+
     def why_passed_over(self, broker_id: int, master_silent_s: float) -> str | None:
         """Why a slave further ahead is not waited for, or None to wait for it. Its beats stood
         still for the longer failover period of the two (it is dead or stopped), or it reports

@@ -94,6 +94,7 @@ class HaRole:
         self._refused_epoch = -1  # the epoch a failover was last refused in, this log being older
         self.slave_reports = SlaveReports(self.settings.ha_failover_s)
         self._deferred_to: int | None = None  # the slave ahead of this one a failover was left to
+        self._silence_found: float | None = None  # when this slave found the master silent
         self._switch = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         if self.role == SLAVE:
@@ -264,8 +265,11 @@ class HaRole:
             await self._renew()
 
     async def _watch(self) -> None:
+        # A slave reports at once, not a period later: the other slaves compare with its report.
+        delay = 0.0 if self.is_slave else self.interval_s
         while True:
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(delay)
+            delay = self.interval_s
             try:
                 if self.is_slave:
                     await self._watch_master()
@@ -298,7 +302,7 @@ class HaRole:
         seen = self._lease_seen
         if seen is None or seen[:2] != (record.epoch, record.lease):
             self._lease_seen = (record.epoch, record.lease, now)
-            self._deferred_to = None
+            self._deferred_to = self._silence_found = None
             if seen is not None and seen[0] != record.epoch and self.slave is not None:
                 await self.slave.retarget()  # a new master: follow it now
             return
@@ -337,8 +341,15 @@ class HaRole:
                     record.confirmed_offset,
                 )
             return
+        reports = self.slave_reports
+        if self._silence_found is None:
+            self._silence_found = reports.clock()
+        unheard = reports.unheard_since(self.settings.broker_id, record.master_id, self._silence_found)
+        if unheard:
+            # Their last reports may be older than the master's last SEND_OKs: wait for new ones.
+            return
         passed_over = []
-        ahead = self.slave_reports.ahead_of(self.settings.broker_id, held, record.master_id, record.epoch)
+        ahead = reports.ahead_of(self.settings.broker_id, held, record.master_id, record.epoch)
         for broker_id in ahead:
             reason = self.slave_reports.why_passed_over(broker_id, silent_s)
             if reason is None:

@@ -109,6 +109,35 @@ def test_a_slave_seen_for_the_first_time_is_taken_for_live() -> None:
     assert watched.why_passed_over(1, master_silent_s=2.0) is None
 
 
+def test_a_slave_not_heard_from_since_the_master_fell_silent_is_waited_for_until_it_reports() -> None:
+    """Its last report may predate the master's last SEND_OKs (slave 1 reports every 6 s): slave 2
+    does not compare with it until a report comes after it found the master silent."""
+    clock = Clock()
+    watched = watched_by_slave_2(clock, {1: HaReport(0, 7, 30_000)})
+    found_silent = clock.now
+    assert watched.unheard_since(2, master_id=0, since=found_silent) == [1]
+    clock.now += 1
+    watched.update({1: HaReport(0, 7, 30_000)})  # the same report again: nothing new
+    assert watched.unheard_since(2, 0, found_silent) == [1]
+    clock.now += 1
+    watched.update({1: HaReport(997, 8, 30_000)})  # its next report: it holds more
+    assert watched.unheard_since(2, 0, found_silent) == []
+    assert watched.ahead_of(2, 157, master_id=0, epoch=0) == [1]
+
+
+def test_a_slave_that_stays_unheard_is_waited_for_two_of_its_report_periods() -> None:
+    """Slave 1 reports every 0.4 s (a failover period of 2 s): after 0.8 s of silence since the
+    master's was found, it is taken for not reporting, and the rule of its beats goes on."""
+    clock = Clock()
+    watched = watched_by_slave_2(clock, {1: HaReport(100, 3, 2000)})
+    found_silent = clock.now
+    clock.now += 0.7
+    assert watched.unheard_since(2, 0, found_silent) == [1]
+    clock.now += 0.1
+    assert watched.unheard_since(2, 0, found_silent) == []
+    assert watched.unheard_since(1, 2, found_silent) == []  # neither itself nor the master counts
+
+
 @pytest.fixture
 def registry() -> Iterator[str]:
     yield from throwaway_database("wharf_in_sync")
