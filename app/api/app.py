@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings, store, topic_configs, holds, routing, metrics, ha_signal, outbound=HttpOutbound()
         )
         try:
-            # Before anything reads the log's tail: a batch commit a crash tore is cut off it.
+            # Before anything reads the log's tail: a commit a crash tore is cut off it.
             await broker.transactions.recover()
             # Before the first request: a retry after the restart must find its first message.
             restored = await asyncio.to_thread(broker.restore_idempotency)

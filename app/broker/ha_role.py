@@ -351,7 +351,7 @@ class HaRole:
         passed_over = []
         ahead = reports.ahead_of(self.settings.broker_id, held, record.master_id, record.epoch)
         for broker_id in ahead:
-            reason = self.slave_reports.why_passed_over(broker_id, silent_s)
+            reason = reports.why_passed_over(broker_id, silent_s)
             if reason is None:
                 # The slave furthest ahead holds every SEND_OK any of them holds: it is the one promoted.
                 if self._deferred_to != broker_id:

@@ -72,13 +72,13 @@ def torn_commit(broker: Broker, table: TransactionTable) -> tuple[str, int] | No
 
 
 def cut_torn_commit(broker: Broker, table: TransactionTable) -> int | None:
-    """Cut a torn batch commit off the log's end (see the module); the offset cut back to, if any."""
+    """Cut a torn commit off the log's end (see the module); the offset cut back to, if any."""
     found = torn_commit(broker, table)
     if found is None:
         return None
     transaction_id, start = found
     log.warning(
-        "the commit of batch transaction %s was torn by a crash: cutting its %d bytes off the log",
+        "the commit of transaction %s was torn by a crash: cutting its %d bytes off the log",
         transaction_id,
         broker.store.commitlog.max_offset - start,
     )

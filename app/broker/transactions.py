@@ -162,7 +162,7 @@ class Transactions:
     # -- life cycle ------------------------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Rebuild the open transactions, and cut a batch commit a crash tore off the log's end
+        """Rebuild the open transactions, and cut a commit a crash tore off the log's end
         (:mod:`app.broker.transaction_torn`): before anything else reads the log's tail."""
         if self._recovered:
             return
