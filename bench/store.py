@@ -24,6 +24,9 @@ What it measures, in one run, in a temporary directory on the repository's disk 
   with the store's files evicted from the page cache.
 
 Messages carry what the HTTP API gives every message: a TAGS and a 32-hex-digit UNIQ_KEY property.
+They are built before the clock starts; the garbage collector is then settled as the broker settles
+it after start-up (``settle_garbage_collector``: what exists is frozen, the broker's thresholds), so
+that the prebuilt messages, which no broker holds all at once, are not walked by every collection.
 Every figure is the median of its repeats; MB is 10^6 bytes of CommitLog records, as ``dd`` counts.
 """
 
