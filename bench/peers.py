@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.peers [--quick] [--json out.json] [--only throughput,latency]
                                     [--systems redis,nats,wharf] [--messages N] [--samples N]
-                                    [--wharf binary,json,json-http,plain-json,plain-binary,floor,ws-floor,floor-json,...]
+                                    [--wharf binary,json,json-http,plain-json,plain-binary,floor,ws-floor,ws-store-floor,...]
 
 Every system gets the same work from one Python process on this machine: bodies of 1 KiB (the same
 random bytes), batches of 100, fresh streams named for the run and deleted after it, the systems
@@ -14,9 +14,9 @@ that does not answer is skipped with the reason. Wharf is a broker process start
 (``python -m app`` at the store's defaults, a temporary store), one topic of one queue per stream, so each
 system writes and reads one ordered log. ``--wharf`` picks Wharf's lanes (all by default): the
 throughput lanes ``binary``, ``json``, ``json-http``, ``plain-json`` and ``plain-binary``, the latency
-lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor``, ``ws-floor``, ``floor-json`` and
-``floor-binary``, the HTTP and WebSocket floors (below), whose relay process is started and stopped
-with the broker.
+lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor``, ``ws-floor``, ``ws-store-floor``,
+``floor-json`` and ``floor-binary``, the HTTP and WebSocket floors (below), whose relay processes are
+started and stopped with the broker.
 
 * ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
   batch (or window) of 100 at a time, messages/s (the plain lanes: one batch of 100 in flight, then
@@ -65,6 +65,18 @@ with the broker.
   (each frame's message kept in memory and pushed to the subscriber before the producer's answer):
   the websockets client, the sockets and uvicorn's WebSocket protocol, nothing of Wharf. A
   reference for Wharf WebSocket JSON's e2e, with no target.
+* The WebSocket store floor, "WebSocket store floor" (``--wharf ws-store-floor``, latency only): the
+  WebSocket floor's lane against a second relay, started with a store of its own (``python -m
+  bench.relay_app --store DIR``, a :class:`~app.store.MessageStore` at the broker's defaults), whose
+  produce socket does for each frame exactly the store work Wharf's produce and subscribe sockets
+  do for one message and nothing else: the frame parsed as Wharf parses it, encoded into a record by
+  the compiled kernel, appended alone, read back with ``get_message`` and made into the
+  subscriber's frame by Wharf's ``messages_frame``, the producer answered with the kernel's
+  answers; no FastAPI, no Starlette, no tasks, no long-poll service, no credit. It is the least a
+  broker that parses, stores, reads back and frames each message with Wharf's own store and codecs
+  adds to the sockets: the ceiling of any Python broker on this stack with this store. Between it
+  and the WebSocket floor lies the store's and the codecs' share; between Wharf WebSocket JSON and
+  it, the rest of Wharf's socket path. A reference, with no target.
 * The throughput floors, "HTTP floor, JSON batches" and "HTTP floor, binary batches" (``--wharf
   floor-json,floor-binary``, throughput only): "Wharf plain JSON"'s and "Wharf plain binary"'s
   throughput lanes, the same client code, against the relay (JSON messages kept as a pull answers
@@ -130,19 +142,21 @@ WHARF_NAMES = {
     "ws-json": "Wharf WebSocket JSON",
     "floor": "HTTP floor",
     "ws-floor": "WebSocket floor",
+    "ws-store-floor": "WebSocket store floor",
     "floor-json": "HTTP floor, JSON batches",
     "floor-binary": "HTTP floor, binary batches",
 }
 # The floors' lanes, each the Wharf lane whose client code it runs against the relay.
 FLOOR_OF = {"floor": "plain-http", "floor-json": "plain-json", "floor-binary": "plain-binary"}
 WHARF_LANES = tuple(WHARF_NAMES)
-FLOOR_KINDS = ("floor", "ws-floor", "floor-json", "floor-binary")
+FLOOR_KINDS = ("floor", "ws-floor", "ws-store-floor", "floor-json", "floor-binary")
 WHARF_SECTIONS = {
     "binary": SECTIONS,
     "plain-http": ("latency",),
     "ws-json": ("latency",),
     "floor": ("latency",),
     "ws-floor": ("latency",),
+    "ws-store-floor": ("latency",),
     "floor-json": ("throughput",),
     "floor-binary": ("throughput",),
 }
@@ -293,7 +307,7 @@ def cpu_rows(what: str, runs: list[Rates]) -> list[Result]:
 
 class Served(Protocol):
     """A server process the Wharf lanes reach: the broker (:class:`BrokerProcess`), or the relay
-    of the HTTP floor (:class:`RelayProcess`)."""
+    of a floor (:class:`RelayProcess`)."""
 
     @property
     def url(self) -> str: ...
@@ -750,6 +764,23 @@ class WsFloorLane(WharfLane):
         )
 
 
+class WsStoreFloorLane(WsFloorLane):
+    """The WebSocket store floor: the WebSocket floor's lane against the relay in its store mode
+    (``--store``), which parses, stores, reads back and frames each message with Wharf's own store
+    and codecs and nothing else: the ceiling of any Python broker on this stack with this store.
+    No target."""
+
+    def __init__(self, relay: RelayProcess) -> None:
+        super().__init__(relay)
+        self.name = self.alias = WHARF_NAMES["ws-store-floor"]
+        self.sections = WHARF_SECTIONS["ws-store-floor"]
+        self.note = self.latency_note = (
+            "bare ASGI relay with Wharf's store (bench.relay_app --store: uvicorn, uvloop, websockets-sansio, "
+            "a MessageStore at the broker's defaults; per message parse, compiled encode, single append, "
+            "read back, messages_frame), Wharf WebSocket JSON's client code"
+        )
+
+
 def plain_client(url: str, timeout_s: float = TIMEOUT_S) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` of one kept-alive connection."""
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -957,15 +988,23 @@ def main(argv: list[str] | None = None) -> int:
             skipped[system] = reason
     with harness.scratch_dir("peers-bench-", harness.scratch_parent()) as root:
         broker = BrokerProcess(root / "store", **broker_settings())
-        # The floors' relay, when a floor's lane has a section to run in.
-        floor = "wharf" in systems and any(
-            set(WHARF_SECTIONS[kind]) & set(sections) for kind in kinds if kind in FLOOR_KINDS
-        )
+
+        def runs(kind: str) -> bool:
+            """Whether Wharf lane ``kind`` has a section to run in."""
+            return "wharf" in systems and kind in kinds and bool(set(WHARF_SECTIONS[kind]) & set(sections))
+
+        # The floors' relay, and the store floor's (a relay with a store of its own), when needed.
+        floor = any(runs(kind) for kind in FLOOR_KINDS if kind != "ws-store-floor")
         relay = RelayProcess(root / "relay.log") if floor else None
+        store_relay = (
+            RelayProcess(root / "relay-store.log", root / "relay-store") if runs("ws-store-floor") else None
+        )
         try:
             broker.start()
             if relay is not None:
                 relay.start()
+            if store_relay is not None:
+                store_relay.start()
             lanes: list[Lane] = []
             if "redis" in systems and "redis" not in skipped:
                 lanes.append(RedisLane(args.redis))
@@ -975,6 +1014,9 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in kinds:
                     if kind not in FLOOR_KINDS:
                         lanes.append(wharf_lane(broker, kind))
+                    elif kind == "ws-store-floor":
+                        if store_relay is not None:
+                            lanes.append(WsStoreFloorLane(store_relay))
                     elif relay is not None:
                         lanes.append(FloorLane(relay, kind) if kind in FLOOR_OF else WsFloorLane(relay))
             bench = Bench(plan, lanes)
@@ -987,6 +1029,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if relay is not None:
                 relay.stop()
+            if store_relay is not None:
+                store_relay.stop()
             broker.stop()
     settings = {
         "plan": asdict(plan),

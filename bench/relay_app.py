@@ -30,6 +30,21 @@ the sockets and uvicorn, with nothing of Wharf::
 
     .venv/bin/python -m bench.relay_app --port 8081
 
+With ``--store DIR`` (the store mode) the produce socket keeps each message in a real
+:class:`~app.store.MessageStore` opened in ``DIR`` at the broker's default settings (opened at
+start-up, closed at shutdown; the directory's lock gives each relay process a directory of its
+own), doing for each frame exactly the store work Wharf's produce and subscribe sockets do for one
+message, and nothing else: the frame parsed as Wharf parses it (``orjson``, then
+``app.api.wire.message_of``), encoded into a record by the compiled kernel's ``PlainEncoder`` as
+Wharf's plain produce encodes it, appended with ``append_records``, read back with ``get_message``
+and made into the subscriber's frame by Wharf's ``messages_frame``, pushed to the subscribers, then
+the producer answered with the kernel's ``plain_answers``. No FastAPI, no tasks, no long-poll
+service, no credit, no checks: what a client gets from it is the least a broker that parses, stores,
+reads back and frames each message with Wharf's own store and codecs adds to the sockets, the
+ceiling of any Python broker on this stack with this store::
+
+    .venv/bin/python -m bench.relay_app --port 8082 --store /tmp/relay-store
+
 :class:`RelayProcess` runs it in a child process on a free port for the peers benchmark.
 """
 
@@ -49,7 +64,11 @@ import httpx
 import msgspec
 import orjson
 
+from app.api.wire import message_of
+from app.api.ws.frames import messages_frame
 from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE
+from app.settings import Settings
+from app.store import MessageStore
 from app.store.kernel import compiled
 from app.store.record_format import BLANK_MIN_SIZE, NO_HOST, Limits
 from tests.api.server import ROOT, free_port
@@ -84,6 +103,8 @@ BATCH = BATCH_MEDIA_TYPE.encode()
 RECORDS = RECORDS_MEDIA_TYPE.encode()
 LIMITS = Limits()  # the store's defaults
 RECORD_LIMIT = (1 << 30) - BLANK_MIN_SIZE  # a record fits a segment of Wharf's default 1 GiB
+UNIQUE_ID_PREFIX = "7F0000010000ABCD1234"
+FRAME_ROOM = 1 << 24  # the byte room of a subscriber's frame: one message always fits
 
 
 class Posted(msgspec.Struct):
@@ -143,7 +164,7 @@ class Topic:
             RECORD_LIMIT,
             1,  # one queue
             0,
-            "7F0000010000ABCD1234",
+            UNIQUE_ID_PREFIX,
             len(self.records),
             NO_HOST,
         )
@@ -158,7 +179,50 @@ class Topic:
         self.event = asyncio.Event()
 
 
+class StoredTopics:
+    """The store mode: each produced message stored in ``store`` and read back as Wharf does for
+    one message (see the module docstring), unique ids from one counter carried on."""
+
+    def __init__(self, store_dir: Path) -> None:
+        if compiled is None:
+            raise RuntimeError("the relay's store mode needs the compiled kernel")
+        self.store = MessageStore(Settings(store_dir=store_dir).store_config())
+        self.counter = 0
+
+    def produce(self, topic: str, data: str | bytes) -> tuple[bytes, bytes]:
+        """One produce frame's message stored: the subscribers' ``messages`` frame and the
+        producer's ``results`` frame."""
+        assert compiled is not None
+        fields = orjson.loads(data)
+        message = message_of({name: value for name, value in fields.items() if name not in ("id", "type")})
+        store = self.store
+        limits = store.limits
+        encoder = compiled.PlainEncoder(
+            topic,
+            topic.encode(),
+            store.store_host,
+            int(time.time() * 1000),
+            limits.max_message_size,
+            limits.max_properties_size,
+            store.commitlog.file_size - BLANK_MIN_SIZE,
+            1,  # one queue
+            0,
+            UNIQUE_ID_PREFIX,
+            self.counter,
+            NO_HOST,
+        )
+        if not compiled.encode_messages([message], encoder):
+            raise ValueError("not a plain message")
+        made, _ids, queues, size, _body_size, _round_robin, self.counter = encoder.result()
+        appended = store.append_records(made, size, queues)
+        result = store.get_message(topic, 0, appended[0].queue_offset, 1)
+        pushed, _count = messages_frame(topic, 0, result.records, FRAME_ROOM)
+        answers = compiled.plain_answers(made, appended, "SEND_OK")
+        return pushed, orjson.dumps({"type": "results", "results": answers})
+
+
 topics: dict[str, Topic] = {}
+stored: StoredTopics | None = None  # set by main() in the store mode
 
 
 def topic_named(name: str) -> Topic:
@@ -248,7 +312,8 @@ async def pull(name: str, scope: Scope, send: Send) -> None:
 
 
 async def produce_socket(name: str, receive: Receive, send: Send) -> None:
-    """Each frame one message: stored, pushed to the topic's subscribers, then answered."""
+    """Each frame one message: stored (in the store mode, in the store), pushed to the topic's
+    subscribers, then answered."""
     topic = topic_named(name)
     await send({"type": "websocket.accept"})
     while True:
@@ -256,14 +321,16 @@ async def produce_socket(name: str, receive: Receive, send: Send) -> None:
         if event["type"] != "websocket.receive":
             return
         text = event.get("text")
-        (offset,) = topic.append(name, [POSTED.decode(text.encode() if text is not None else event["bytes"])])
-        pushed = b'{"type":"messages","messages":[' + topic.messages[offset] + b"]}"
+        if stored is not None:
+            pushed, answered = stored.produce(name, text if text is not None else event["bytes"])
+        else:
+            posted = POSTED.decode(text.encode() if text is not None else event["bytes"])
+            (offset,) = topic.append(name, [posted])
+            pushed = b'{"type":"messages","messages":[' + topic.messages[offset] + b"]}"
+            answered = b'{"type":"results","results":[' + RESULT % (offset, offset, offset) + b"]}"
         for subscriber in list(topic.subscribers):
             await subscriber({"type": "websocket.send", "text": pushed.decode()})
-        result = RESULT % (offset, offset, offset)
-        await send(
-            {"type": "websocket.send", "text": (b'{"type":"results","results":[' + result + b"]}").decode()}
-        )
+        await send({"type": "websocket.send", "text": answered.decode()})
 
 
 async def subscribe_socket(name: str, receive: Receive, send: Send) -> None:
@@ -286,6 +353,12 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if kind == "lifespan":
         while True:
             event = await receive()
+            if stored is not None:
+                # The store's files and its directory lock live as long as the server serves.
+                if event["type"] == "lifespan.startup":
+                    stored.store.open()
+                elif event["type"] == "lifespan.shutdown":
+                    stored.store.close()
             await send({"type": event["type"] + ".complete"})
             if event["type"] == "lifespan.shutdown":
                 return
@@ -326,16 +399,20 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 class RelayProcess:
-    """``python -m bench.relay_app`` in a child process on a free port, its output in ``log_path``."""
+    """``python -m bench.relay_app`` in a child process on a free port, its output in ``log_path``;
+    in the store mode (``--store``) when given ``store_dir``."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, store_dir: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.store_dir = store_dir
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 30.0) -> RelayProcess:
         command = [sys.executable, "-m", "bench.relay_app", "--port", str(self.port)]
+        if self.store_dir is not None:
+            command += ["--store", str(self.store_dir)]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
@@ -371,7 +448,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.relay_app", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--store", type=Path, help="the store mode: a MessageStore in this directory")
     args = parser.parse_args(argv)
+    if args.store is not None:
+        global stored
+        stored = StoredTopics(args.store)
     import uvicorn
 
     uvicorn.run(

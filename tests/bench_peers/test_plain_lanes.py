@@ -1,7 +1,7 @@
 """The peers benchmark's plain lanes (one request at a time on one httpx connection), the JSON
-socket latency lane and the HTTP floors (the plain lanes against the bare ASGI relay), with a
-handful of messages: a real broker process, the relay, and Redis and NATS when they answer
-on localhost."""
+socket latency lane, the HTTP floors (the plain lanes against the bare ASGI relay) and the
+WebSocket store floor (the JSON socket lane against the relay with a store), with a handful of
+messages: a real broker process, the relays, and Redis and NATS when they answer on localhost."""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ import pytest
 
 from bench import peers
 
-PLAIN = ("plain-json", "plain-binary", "plain-http", "ws-json", "floor", "floor-json", "floor-binary")
+PLAIN = (
+    "plain-json",
+    "plain-binary",
+    "plain-http",
+    "ws-json",
+    "floor",
+    "floor-json",
+    "floor-binary",
+    "ws-store-floor",
+)
 # Each new row with a target, and the target as the report writes it.
 TARGETS = {
     "Wharf plain JSON produce": ">= 1x",
@@ -32,6 +41,8 @@ ROWS = (
     "HTTP floor, JSON batches consume",
     "HTTP floor, binary batches produce",
     "HTTP floor, binary batches consume",
+    "WebSocket store floor e2e p50",
+    "WebSocket store floor e2e p99",
 )
 CPU_ROWS = (
     "Wharf plain JSON produce broker CPU",
@@ -43,6 +54,7 @@ CPU_ROWS = (
     "HTTP floor e2e broker CPU",  # the relay's process
     "HTTP floor, JSON batches produce broker CPU",
     "HTTP floor, binary batches consume broker CPU",
+    "WebSocket store floor e2e broker CPU",  # the store relay's process
 )
 
 
@@ -68,6 +80,11 @@ def test_the_plain_lanes_report_their_rows_judged_against_the_peers(tmp_path: Pa
     assert "bare ASGI relay" in results["HTTP floor e2e p50"]["note"]
     assert "Wharf plain binary's client code" in results["HTTP floor, binary batches produce"]["note"]
     assert not any(str(result["baseline"]).startswith("HTTP floor") for result in results.values())
+    # So is the store floor: a relay that stores each message in Wharf's store.
+    store_floor = [result for name, result in results.items() if name.startswith("WebSocket store floor")]
+    assert len(store_floor) == 3 and not any(result["target"] or result["baseline"] for result in store_floor)
+    assert "Wharf's store" in results["WebSocket store floor e2e p50"]["note"]
+    assert not any(str(result["baseline"]).startswith("WebSocket") for result in results.values())
     if set(report["settings"]["skipped"]) != {"redis", "nats"}:  # a peer to judge by
         judged = {name: result["target"] for name, result in results.items() if result["target"]}
         assert judged == TARGETS
