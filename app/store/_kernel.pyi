@@ -10,6 +10,9 @@ def bind(encoded_record: type, validate_topic: Callable[[str, int], bytes]) -> N
 def encode_record(
     message: object, store_host: bytes, now_ms: int, limits: object
 ) -> tuple[object, ...] | None: ...
+def encode_records(
+    messages: Sequence[object], store_host: bytes, now_ms: int, limits: object, max_record_size: int
+) -> tuple[list[Any], int, dict[tuple[str, int], int]] | None: ...
 def bind_checker(checked_record: type, blank: tuple[object, ...]) -> None: ...
 def check_record(
     buf: bytes | bytearray | memoryview, pos: int, physical_offset: int, with_properties: bool

@@ -13,7 +13,8 @@ namespace ``app.store.kernel.compiled`` is (the names in _kernel.pyi). Their Pyt
 
 - _kernel_base.pxd/.pyx: the shared low-level layer the others cimport (the record's fixed part,
   a growable buffer, big-endian fields, UTF-8 checks, JSON strings and base64, Java's string hash).
-- _kernel_records.pyx: one record's bytes (app.store.record_format.encode_record,
+- _kernel_records.pyx: one record's bytes (app.store.record_format.encode_record, and
+  encode_records: app.store.writer.MessageWriter.append's loop over a batch,
   app.store.record.check_record and record_is, app.codec.message_json, messages_json and
   decode_records).
 - _kernel_log.pyx: runs of records in a CommitLog segment (app.store.log_codec.write_records and
@@ -48,6 +49,7 @@ from app.store._kernel_records import (
     check_record,
     decode_records,
     encode_record,
+    encode_records,
     message_json,
     messages_json,
     record_is,

@@ -32,6 +32,9 @@ from app.store._kernel_base cimport (
     POS_STORETIMESTAMP,
     POS_SYSFLAG,
     PROPERTIES_END,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED,
+    TRANSACTION_ROLLBACK,
     Buffer,
     is_ascii,
     java_hash,
@@ -59,6 +62,8 @@ cdef extern from "zlib.h":
 cdef enum:
     # Records with more properties go to the Python twin (the duplicate check here is quadratic).
     MAX_FAST_PROPERTIES = 64
+    # Queue ids a message may name (app.store.writer.MAX_QUEUE_ID).
+    MAX_QUEUE_ID = 1 << 16
 
 
 # A message id's hex digits (each module that writes ids has this table).
@@ -349,10 +354,55 @@ cdef char* put_record_head(
 def encode_record(message, bytes store_host, int64_t now_ms, limits):
     """The record of ``message`` with placeholders unpatched, as an EncodedRecord; None when the
     message is one the Python twin must handle (to refuse it), checked in the twin's order."""
+    return _encode_record(
+        message, store_host, now_ms, limits.max_message_size, limits.max_properties_size, limits.max_topic_length
+    )
+
+
+def encode_records(messages, bytes store_host, int64_t now_ms, limits, Py_ssize_t max_record_size):
+    """``app.store.writer.MessageWriter.append``'s loop in one call (its twin: that loop): the
+    records of ``messages``, their total size and their new ConsumeQueue entries per (topic, queue
+    id). None when a message is one the loop must refuse or the Python encoder must take (a queue id
+    out of range, a record over ``max_record_size`` bytes, any message :func:`encode_record` leaves):
+    the loop then encodes them all again and raises the error it would have."""
+    cdef Py_ssize_t max_message_size = limits.max_message_size, max_properties_size = limits.max_properties_size
+    cdef object max_topic_length = limits.max_topic_length
+    cdef list records = []
+    cdef dict entries = {}
+    cdef Py_ssize_t total = 0, size
+    cdef int64_t kind
+    cdef object queue_id, record, key, sysflag
+    for message in messages:
+        queue_id = message.queue_id
+        if not PyLong_Check(queue_id) or not 0 <= queue_id < MAX_QUEUE_ID:
+            return None
+        record = _encode_record(message, store_host, now_ms, max_message_size, max_properties_size, max_topic_length)
+        if record is None:
+            return None
+        size = len(<bytes>(<tuple>record)[0])
+        if size > max_record_size:
+            return None
+        total += size
+        records.append(record)
+        sysflag = message.sysflag
+        kind = <int64_t>sysflag & TRANSACTION_MASK
+        if kind != TRANSACTION_PREPARED and kind != TRANSACTION_ROLLBACK:
+            key = (message.topic, queue_id)
+            entries[key] = entries.get(key, 0) + 1
+    return records, total, entries
+
+
+cdef object _encode_record(
+    message,
+    bytes store_host,
+    int64_t now_ms,
+    Py_ssize_t max_message_size,
+    Py_ssize_t max_properties_size,
+    object max_topic_length,
+):
     cdef object body = message.body
     cdef object properties = message.properties
     cdef bytes topic
-    cdef Py_ssize_t max_message_size = limits.max_message_size, max_properties_size = limits.max_properties_size
     cdef Py_ssize_t body_length, topic_length, properties_length = 0, total, name_length, value_length
     cdef const char* name
     cdef const char* value
@@ -365,7 +415,7 @@ def encode_record(message, bytes store_host, int64_t now_ms, limits):
     body_length = len(body)
     if body_length == 0 or body_length > max_message_size:
         return None
-    topic = _validate_topic(message.topic, limits.max_topic_length)
+    topic = _validate_topic(message.topic, max_topic_length)
     topic_length = len(topic)
     if topic_length > 255:
         return None

@@ -69,6 +69,15 @@ def skips_consume_queue(sysflag: int) -> bool:
     return kind in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
 
 
+def check_fits(record_size: int, segment_size: int) -> None:
+    """MessageTooLargeError unless a record of ``record_size`` bytes fits a segment of
+    ``segment_size`` with room for the blank that ends it."""
+    if record_size + BLANK_MIN_SIZE > segment_size:
+        raise MessageTooLargeError(
+            f"record of {record_size} bytes does not fit a CommitLog segment of {segment_size} bytes"
+        )
+
+
 class CommitLog:
     def __init__(
         self,
@@ -116,10 +125,7 @@ class CommitLog:
         return self.files.max_offset
 
     def check_fits(self, record_size: int) -> None:
-        if record_size + BLANK_MIN_SIZE > self.file_size:
-            raise MessageTooLargeError(
-                f"record of {record_size} bytes does not fit a CommitLog segment of {self.file_size} bytes"
-            )
+        check_fits(record_size, self.file_size)
 
     def segment_ends(
         self, mapped: MappedFile | None, records: Sequence[EncodedRecord]

@@ -8,14 +8,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from typing import cast
 
-from app.store.commit_log import CommitLog, skips_consume_queue
+from app.store.commit_log import CommitLog, check_fits, skips_consume_queue
 from app.store.disk_guard import DiskGuard
 from app.store.errors import InvalidQueueError
+from app.store.kernel import compiled
 from app.store.log_replica import append_replica, check_replica
 from app.store.mapped_file import MappedFile
 from app.store.queue_table import QueueTable
-from app.store.record_format import EncodedRecord, Limits, Message, encode_record
+from app.store.record_format import BLANK_MIN_SIZE, EncodedRecord, Limits, Message, encode_record
 from app.store.results import AppendResult, PutStatus
 from app.store.single_append import SingleAppend
 from app.store.store_services import StoreServices
@@ -28,6 +30,44 @@ MAX_QUEUE_ID = 1 << 16
 
 _DONE: Future[bool] = Future()
 _DONE.set_result(True)
+
+
+Encoded = tuple[list[EncodedRecord], int, dict[tuple[str, int], int]]
+
+
+def encode_records(
+    messages: Sequence[Message], store_host: bytes, now_ms: int, limits: Limits, segment_size: int
+) -> Encoded:
+    """Validate and encode ``messages``: their records, the records' total size and the new
+    ConsumeQueue entries per (topic, queue id); every record must fit a CommitLog segment of
+    ``segment_size`` bytes. The kernel's ``encode_records`` when it is loaded, which leaves a batch
+    it must not take (a message to refuse, an odd shape) to :func:`python_encode_records`."""
+    if compiled is not None:
+        encoded = compiled.encode_records(messages, store_host, now_ms, limits, segment_size - BLANK_MIN_SIZE)
+        if encoded is not None:
+            return cast(Encoded, encoded)
+    return python_encode_records(messages, store_host, now_ms, limits, segment_size)
+
+
+def python_encode_records(
+    messages: Sequence[Message], store_host: bytes, now_ms: int, limits: Limits, segment_size: int
+) -> Encoded:
+    """The pure-Python twin of the kernel's ``encode_records``: raises the first message's error."""
+    records: list[EncodedRecord] = []
+    entries: dict[tuple[str, int], int] = {}
+    total_size = 0
+    for message in messages:
+        if not 0 <= message.queue_id < MAX_QUEUE_ID:
+            raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
+        record = encode_record(message, store_host, now_ms, limits)
+        size = len(record.data)
+        check_fits(size, segment_size)
+        total_size += size
+        records.append(record)
+        if not skips_consume_queue(message.sysflag):
+            key = (message.topic, message.queue_id)
+            entries[key] = entries.get(key, 0) + 1
+    return records, total_size, entries
 
 
 class MessageWriter:
@@ -60,23 +100,10 @@ class MessageWriter:
             return self._append_one(messages[0])
         self.disk_guard.check_writable()
         now = int(time.time() * 1000)
-        host, limits = self.commitlog.store_host, self.limits
-        check_fits = self.commitlog.check_fits
-        records: list[EncodedRecord] = []
-        entries: dict[tuple[str, int], int] = {}  # new ConsumeQueue entries per queue
-        total_size = 0
-        for message in messages:
-            if not 0 <= message.queue_id < MAX_QUEUE_ID:
-                raise InvalidQueueError(f"queue id {message.queue_id} is out of range")
-            record = encode_record(message, host, now, limits)
-            size = len(record.data)
-            check_fits(size)
-            total_size += size
-            records.append(record)
-            if not skips_consume_queue(message.sysflag):
-                key = (message.topic, message.queue_id)
-                entries[key] = entries.get(key, 0) + 1
-        return self._append_encoded(records, total_size, entries)
+        commitlog = self.commitlog
+        return self._append_encoded(
+            *encode_records(messages, commitlog.store_host, now, self.limits, commitlog.file_size)
+        )
 
     def append_records(
         self, records: Sequence[EncodedRecord], total_size: int, entries: dict[tuple[str, int], int]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from app import codec
 from app.broker import idempotency, plain
 from app.client import OutgoingMessage, aio_producer
-from app.store import kernel, log_codec, record_format, single_append
+from app.store import kernel, log_codec, record_format, single_append, writer
 from app.store import record as record_module
 from app.store.consume_queue import UNIT
 from app.store.index_file import IndexFile
@@ -283,6 +283,48 @@ def test_encode_record_encodes_plain_messages_itself() -> None:
     made = compiled.encode_record(message, host, 5, Limits())
     assert made is not None
     assert made == record_format.python_encode_record(message, host, 5, Limits())
+
+
+@needs_extension
+@settings(max_examples=800, deadline=None)
+@given(
+    st.lists(messages(), min_size=1, max_size=6), st.integers(2**16 - 2, 2**16 + 1), st.integers(150, 4096)
+)
+def test_encode_records_matches_its_python_twin(
+    batch: list[Message], queue_id: int, segment_size: int
+) -> None:
+    """Batches of messages (with every transaction kind among their sysflags: half and rolled-back
+    ones take no ConsumeQueue entry), a queue id about its limit, records about the segment's size:
+    the kernel's loop and the writer's agree, or the kernel leaves the batch to the writer's."""
+    for message in batch:
+        if isinstance(message.queue_id, int):
+            message.queue_id %= 4  # mostly in range, so that the kernel takes most batches itself
+    if isinstance(batch[-1].queue_id, int):
+        batch[-1].queue_id = queue_id
+    expected = encoded(writer.python_encode_records, batch, HOST, 7, Limits(), segment_size)
+    assert encoded(writer.encode_records, batch, HOST, 7, Limits(), segment_size) == expected
+
+
+@needs_extension
+def test_encode_records_encodes_plain_batches_itself() -> None:
+    batch = [
+        Message(
+            "orders", b"body %d" % n, n % 3, {"TAGS": "t", "KEYS": "a b", "UNIQ_KEY": f"u{n}"}, sysflag=flag
+        )
+        for n, flag in enumerate([0, 0x04, 0x08, 0x0C, 0])
+    ]
+    assert compiled is not None
+    made = compiled.encode_records(batch, HOST, 5, Limits(), 1 << 20)
+    assert made is not None
+    assert made == writer.python_encode_records(
+        batch, HOST, 5, Limits(), (1 << 20) + record_format.BLANK_MIN_SIZE
+    )
+    records, total, entries = made
+    assert total == sum(len(record.data) for record in records)
+    assert entries == {("orders", 0): 1, ("orders", 2): 1, ("orders", 1): 1}  # prepared and rolled back: none
+    # What the writer must refuse, the kernel leaves to it: a queue id out of range, a record too large.
+    assert compiled.encode_records([Message("orders", b"x", 1 << 16)], HOST, 5, Limits(), 1 << 20) is None
+    assert compiled.encode_records(batch, HOST, 5, Limits(), len(records[0].data) - 1) is None
 
 
 @needs_extension
