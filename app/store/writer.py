@@ -70,6 +70,11 @@ def python_encode_records(
     return records, total_size, entries
 
 
+def end_of(results: Sequence[AppendResult]) -> int:
+    """Where the last of an append's records ends in the CommitLog: what its group commit waits for."""
+    return max(result.end_offset for result in results)
+
+
 class MessageWriter:
     def __init__(
         self,
@@ -206,7 +211,7 @@ class MessageWriter:
         group_commit = self.services.group_commit
         if group_commit is None or not results:
             return _DONE
-        return group_commit.request(max(result.end_offset for result in results))
+        return group_commit.request(end_of(results))
 
     async def wait_durable(self, results: Sequence[AppendResult]) -> bool:
         """As :meth:`durable`, awaited on the running event loop: True at once under ASYNC_FLUSH.
@@ -214,14 +219,14 @@ class MessageWriter:
         group_commit = self.services.group_commit
         if group_commit is None or not results:
             return True
-        return await group_commit.request_async(max(result.end_offset for result in results))
+        return await group_commit.request_async(end_of(results))
 
     def put(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Append and, under SYNC_FLUSH, block until the group commit acknowledges the bytes."""
         results = self.append(messages)
         group_commit = self.services.group_commit
         if group_commit is not None and results:
-            ok = group_commit.wait(max(result.end_offset for result in results))
+            ok = group_commit.wait(end_of(results))
             if not ok:
                 results = [result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for result in results]
         return results
