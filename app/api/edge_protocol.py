@@ -69,6 +69,9 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        # When the head now being read began (the connection's start for its first request), None
+        # between requests: the header deadline counts from it.
+        self._headers_since: float | None = None
         self._in_headers = False
         self._head_bytes = 0
         self._header_bytes = 0
@@ -84,7 +87,8 @@ class EdgeHttpProtocol(HttpToolsProtocol):
                 f"the broker holds {self.limits.max_connections} connections already; retry later",
             )
             return
-        self._arm_header_timer()
+        self._headers_since = self.loop.time()
+        self._arm_header_timer(self._headers_since)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
@@ -109,8 +113,10 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self._in_headers = True
         self._head_bytes = 0
         self._header_bytes = 0
+        if self._headers_since is None:  # else the first request counts from the connection's start
+            self._headers_since = self.loop.time()
         if self._header_timer is None:
-            self._arm_header_timer()
+            self._arm_header_timer(self._headers_since)
 
     def on_url(self, url: bytes) -> None:
         if len(self.url) + len(url) > self.limits.max_url_bytes:
@@ -128,7 +134,7 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
-        self._cancel_header_timer()
+        self._headers_since = None  # the timer, if armed, finds no head to time and stops
         if self.parser.should_upgrade() and self._should_upgrade():
             self._check_handshake_lines()
         elif self.lane is not None:
@@ -247,8 +253,8 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 
     # The header deadline.
 
-    def _arm_header_timer(self) -> None:
-        self._header_timer = self.loop.call_later(self.limits.header_timeout_s, self._headers_timed_out)
+    def _arm_header_timer(self, since: float) -> None:
+        self._header_timer = self.loop.call_at(since + self.limits.header_timeout_s, self._headers_timed_out)
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -256,8 +262,16 @@ class EdgeHttpProtocol(HttpToolsProtocol):
             self._header_timer = None
 
     def _headers_timed_out(self) -> None:
+        """The header deadline's timer, one per connection rather than one per request: it fires at
+        the deadline of the head being read when it was armed, and either finds no head being read
+        (it stops; the next request arms it), a later head (it waits for that one's deadline), or
+        the head it was armed for, still incomplete."""
         self._header_timer = None
-        if self.transport.is_closing():
+        since = self._headers_since
+        if self.transport.is_closing() or since is None:
+            return
+        if self.loop.time() < since + self.limits.header_timeout_s:
+            self._arm_header_timer(since)
             return
         if self._in_headers:
             self.refuse(

@@ -255,6 +255,41 @@ def test_a_websocket_handshake_with_a_long_url_is_refused_not_hung(broker: Broke
 
 
 @pytest.mark.slow
+def test_each_request_on_a_kept_connection_gets_the_whole_header_deadline(tmp_path: Path) -> None:
+    """A connection answered once, then sending its next request's headers a byte at a time: that
+    request is answered 408 at its own deadline, counted from when it began, not at the one armed
+    for the connection's first request; a connection idle between requests is not cut by it."""
+    timeout_s = 2.0
+    broker = BrokerProcess(tmp_path / "store", header_timeout_s=timeout_s, keep_alive_timeout_s=120).start()
+    try:
+        idle = connect(broker.port)
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(idle).status == 200
+        sock = connect(broker.port)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock).status == 200
+        time.sleep(timeout_s * 0.75)  # the first request's deadline falls inside the next one's head
+        began = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        sock.settimeout(0.2)
+        answer = b""
+        while not answer and time.monotonic() - began < timeout_s * 3:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"X")
+            with contextlib.suppress(TimeoutError):
+                answer = sock.recv(65536)
+        waited = time.monotonic() - began
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+        assert timeout_s - 0.1 <= waited <= timeout_s + 1.5, waited
+        # The idle connection, past both deadlines, still answers.
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(idle).status == 200
+        idle.close()
+        sock.close()
+    finally:
+        broker.stop()
+
+
 def test_idle_and_slowloris_connections_do_not_starve_a_normal_request(tmp_path: Path) -> None:
     """500 idle keep-alive connections and 50 that send their headers a byte at a time: a normal
     request still answers at once, the slow ones are answered 408 and closed at the header
