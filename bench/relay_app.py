@@ -34,9 +34,9 @@ With ``--store DIR`` (the store mode) the produce socket keeps each message in a
 :class:`~app.store.MessageStore` opened in ``DIR`` at the broker's default settings (opened at
 start-up, closed at shutdown; the directory's lock gives each relay process a directory of its
 own), doing for each frame exactly the store work Wharf's produce and subscribe sockets do for one
-message, and nothing else: the frame parsed as Wharf parses it (``orjson``, then
-``app.api.wire.message_of``), encoded into a record by the compiled kernel's ``PlainEncoder`` as
-Wharf's plain produce encodes it, appended with ``append_records``, read back with ``get_message``
+message, and nothing else: the frame parsed by the produce socket's own ``parse_message``, encoded
+into a record by the kernel's encoder that Wharf's plain produce makes (``plain_encoder``, one
+queue), appended with ``append_records``, read back with ``get_message``
 and made into the subscriber's frame by Wharf's ``messages_frame``, pushed to the subscribers, then
 the producer answered with the kernel's ``plain_answers``. No FastAPI, no tasks, no long-poll
 service, no credit, no checks: what a client gets from it is the least a broker that parses, stores,
@@ -64,9 +64,11 @@ import httpx
 import msgspec
 import orjson
 
-from app.api.wire import message_of
 from app.api.ws.frames import messages_frame
-from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE
+from app.api.ws.produce import parse_message
+from app.broker.plain import plain_encoder
+from app.codec import BATCH_MEDIA_TYPE, RECORDS_MEDIA_TYPE, IncomingMessage
+from app.routing.topic_config import TopicConfig
 from app.settings import Settings
 from app.store import MessageStore
 from app.store.kernel import compiled
@@ -193,23 +195,14 @@ class StoredTopics:
         """One produce frame's message stored: the subscribers' ``messages`` frame and the
         producer's ``results`` frame."""
         assert compiled is not None
-        fields = orjson.loads(data)
-        message = message_of({name: value for name, value in fields.items() if name not in ("id", "type")})
+        message = parse_message(orjson.loads(data))
+        if not isinstance(message, IncomingMessage):
+            raise message
         store = self.store
-        limits = store.limits
-        encoder = compiled.PlainEncoder(
-            topic,
-            topic.encode(),
-            store.store_host,
-            int(time.time() * 1000),
-            limits.max_message_size,
-            limits.max_properties_size,
-            store.commitlog.file_size - BLANK_MIN_SIZE,
-            1,  # one queue
-            0,
-            UNIQUE_ID_PREFIX,
-            self.counter,
-            NO_HOST,
+        config = TopicConfig(topic, read_queue_nums=1, write_queue_nums=1)
+        now_ms = int(time.time() * 1000)
+        encoder = plain_encoder(
+            store, config, topic.encode(), now_ms, 0, (UNIQUE_ID_PREFIX, self.counter), NO_HOST
         )
         if not compiled.encode_messages([message], encoder):
             raise ValueError("not a plain message")

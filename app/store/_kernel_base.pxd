@@ -43,6 +43,8 @@ cdef enum:
     TRANSACTION_ROLLBACK = 0x0C
     # A ConsumeQueue entry: the record's physical offset, size and tags code (app.store.consume_queue).
     CQ_UNIT_SIZE = 20
+    # Queue ids a message may name (app.store.writer.MAX_QUEUE_ID).
+    MAX_QUEUE_ID = 1 << 16
 
 
 # ---------------------------------------------------------------------------------------------

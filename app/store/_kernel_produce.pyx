@@ -17,6 +17,7 @@ from libc.string cimport memchr, memcmp, memcpy
 
 from app.store._kernel_base cimport (
     FIXED_SIZE,
+    MAX_QUEUE_ID,
     PROPERTIES_END,
     Buffer,
     java_hash,
@@ -38,7 +39,6 @@ from app.store._kernel_records cimport _EncodedRecord, put_record_head
 
 cdef enum:
     PRODUCER_UNIQ_KEY = 0x10000
-    MAX_QUEUE_ID = 1 << 16
     UNIQUE_ID_COUNTER_DIGITS = 12
 
 

@@ -20,6 +20,7 @@ from app.store._kernel_base cimport (
     BLANK_MAGIC_CODE,
     FIXED_SIZE,
     HOSTS_V6,
+    MAX_QUEUE_ID,
     MESSAGE_MAGIC_CODE,
     POS_BODY,
     POS_BODYLENGTH,
@@ -62,8 +63,6 @@ cdef extern from "zlib.h":
 cdef enum:
     # Records with more properties go to the Python twin (the duplicate check here is quadratic).
     MAX_FAST_PROPERTIES = 64
-    # Queue ids a message may name (app.store.writer.MAX_QUEUE_ID).
-    MAX_QUEUE_ID = 1 << 16
 
 
 # A message id's hex digits (each module that writes ids has this table).
