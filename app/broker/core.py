@@ -174,6 +174,10 @@ class Broker:
             return []
         return await asyncio.to_thread(ha_metadata.offsets_ahead, self.store, self.master_offsets)
 
+    def log_cut(self) -> None:
+        """This slave's log was cut to follow its master: its groups' members read again."""
+        self.groups.log_cut()
+
     async def take_slave_offsets(self, found: list[dict[str, Any]]) -> int:
         """A master takes the offsets a slave committed that are ahead of its own; how many moved.
         Its slaves hear of them at once (the metadata version moves)."""

@@ -103,6 +103,12 @@ async def commit(
         raise BadRequestError("a member's commit carries its generation beside its client_id")
     group, member = broker.groups.touch(name, client_id)
     queues = [(topic, queue_id) for topic, queue_id, _ in offsets]
+    if generation < broker.groups.cut_generation:
+        raise GenerationFencedError(
+            f"generation {generation} read a log this broker cut since (it follows another master now): "
+            f"group {group.name!r} is at generation {group.generation}; heartbeat and read again",
+            group.generation,
+        )
     if member.consume_mode == ORDERLY:
         orderly.fence(broker, group, member, queues)  # the locks fence, across rebalances too
     else:

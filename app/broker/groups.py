@@ -96,10 +96,25 @@ class ConsumerGroups:
         )
         self._groups: dict[str, Group] = {}
         self._last_sweep = clock()
+        # Generations below this one read a log that was cut since (see log_cut): their commits
+        # are refused in every consume mode.
+        self.cut_generation = 0
 
     def _generation(self) -> int:
         self._next_generation += 1
         return self._next_generation
+
+    def log_cut(self) -> None:
+        """The log under the groups' queue offsets was cut (a former master, or a slave, cut back
+        to follow its master), and other messages will be stored at the offsets cut: what a member
+        read before is not what they now hold, and its commit would pass those messages. Every
+        group moves to a new generation, and a commit from a generation before this one is refused
+        whatever the group's consume mode (an ordered member's lock does not tell)."""
+        self.cut_generation = self._generation()
+        for group in self._groups.values():
+            group.generation = self._generation()
+            for watcher in group.watchers:
+                watcher.set()
 
     def names(self) -> list[str]:
         return sorted(self._groups)

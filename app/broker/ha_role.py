@@ -75,6 +75,8 @@ class Broker(Protocol):
 
     async def offsets_ahead_of_master(self) -> list[dict[str, Any]]: ...
 
+    def log_cut(self) -> None: ...
+
 
 class HaRole:
     def __init__(self, broker: Broker, signal: AppendSignal) -> None:
@@ -178,6 +180,7 @@ class HaRole:
             (settings.ha_access_key, settings.ha_secret_key) if settings.ha_access_key else None,
             self.broker.offsets_ahead_of_master,
             self.broker.outbound,
+            self.broker.log_cut,
         )
 
     def _make_master(self) -> None:

@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 from app.broker.ha_master import unframe
 from app.broker.outbound import Account, MasterLink, MasterMetadata, ReplicationStream
@@ -32,6 +32,8 @@ MetadataApplier = Callable[[dict[str, Any]], Awaitable[None]]
 # The offsets committed on this slave that are ahead of the master's last answer.
 OffsetsAhead = Callable[[], Awaitable[list[dict[str, Any]]]]
 
+T = TypeVar("T")
+
 
 async def cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
     """Cancel the tasks and wait until each has ended; raise the first one's error, if any.
@@ -47,6 +49,21 @@ async def cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
         error = None if task.cancelled() else task.exception()
         if error is not None:
             raise error
+
+
+async def run_to_end(work: Awaitable[T]) -> T:
+    """Await ``work``; a cancellation that comes meanwhile waits for it to end, then goes on.
+
+    For the slave's writes to its store, which run in threads: a cancelled ``asyncio.to_thread``
+    returns at once while its thread goes on, so without this a promotion (which stops the slave,
+    then clamps the offsets and begins an epoch at the log's end) could run beside a metadata
+    answer's offsets or a replicated chunk still being written, and those would land after it."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
 
 
 class StaleMasterError(Exception):
@@ -102,6 +119,7 @@ class HaSlave:
         account: Account | None = None,
         offsets_ahead: OffsetsAhead | None = None,
         link: MasterLink | None = None,
+        log_cut: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.find_master = find_master
@@ -113,6 +131,9 @@ class HaSlave:
         # Sent to a master with an ACL: an admin account's access and secret key.
         self.account = account
         self.link: MasterLink = link if link is not None else NoMasterLink()
+        # Told when this log was cut or started again elsewhere, before anything is stored at the
+        # offsets it no longer holds.
+        self.log_cut = log_cut
         self.metadata_version = -1  # the master's version last applied; -1: none yet
         self.master_url = ""
         # The master this log follows (replication connected, logs agreed); "" when none. Offsets
@@ -178,7 +199,7 @@ class HaSlave:
                 async with self._offsets:
                     if self.following != master:
                         answer = {**answer, "offsets": []}
-                    await self.apply_metadata(answer)
+                    await run_to_end(self.apply_metadata(answer))
                 self.metadata_version = answer["version"]
 
     async def _replicate(self, master: str) -> None:
@@ -193,7 +214,7 @@ class HaSlave:
                 # Offsets copied past this log's queue ends (from an earlier master, or from this
                 # one while the log lagged) may cover messages this master never had: lowered
                 # before any is handed over, so none skips what this master stores there.
-                await asyncio.to_thread(self.store.consumer_offsets.clamp_to_queue_ends)
+                await run_to_end(asyncio.to_thread(self.store.consumer_offsets.clamp_to_queue_ends))
                 self._connection = connection
                 self.following = master
             log.info("replicating from %s at CommitLog offset %d", master, offset)
@@ -203,7 +224,7 @@ class HaSlave:
                     if isinstance(message, str):
                         raise ValueError(f"the master sent text: {message[:200]}")
                     start, data = unframe(message)
-                    await asyncio.to_thread(self.store.append_replica, start, data)
+                    await run_to_end(asyncio.to_thread(self.store.append_replica, start, data))
                     await self._ack(connection)
             finally:
                 self.following = ""
@@ -230,14 +251,20 @@ class HaSlave:
         start = answer.get("start_at", offset)
         if start > offset:
             log.warning("%s stores its CommitLog from %d only: starting this copy again there", master, start)
-            await asyncio.to_thread(self.store.restart_replica_at, start)
+            await run_to_end(asyncio.to_thread(self.store.restart_replica_at, start))
+            self._cut()
         cut = answer.get("truncate_to")
         if cut is not None and cut < offset:
             log.warning("%s lacks this log past %d (epochs %s): cutting it there", master, cut, entries)
-            await asyncio.to_thread(self.store.cut_back, cut)
+            await run_to_end(asyncio.to_thread(self.store.cut_back, cut))
+            self._cut()
         if entries != self.store.epochs.entries:
-            await asyncio.to_thread(self.store.epochs.replace, entries)
+            await run_to_end(asyncio.to_thread(self.store.epochs.replace, entries))
         return cut is None or cut >= offset
+
+    def _cut(self) -> None:
+        if self.log_cut is not None:
+            self.log_cut()
 
     async def _ack(self, connection: ReplicationStream) -> None:
         await connection.send(json.dumps({"acked_offset": self.store.commitlog.max_offset}))

@@ -6,18 +6,22 @@ had, reached the new master)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from app.broker import ha_metadata
 from app.broker.ha_slave import HaSlave
 from app.outbound.http import HttpOutbound
 from app.store import MessageStore, StoreConfig
 from tests.ha.replicas import TOPIC, caught_up, ha
-from tests.ha.test_failover import broker, registry, start_pair  # noqa: F401 - a fixture
+from tests.ha.test_failover import broker, registry, registry_proxy, start_pair  # noqa: F401 - a fixture
 from tests.small_disk import fill, mounted_tmpfs
 from tests.transactions.transacting import wait_until
 
@@ -210,3 +214,122 @@ def test_a_slave_takes_offsets_only_from_the_master_its_log_follows(
         store.close()
         other.kill()
         first.kill()
+
+
+def test_a_stopped_slave_has_written_the_offsets_it_was_applying(
+    tmp_path: Path,
+    registry: str,  # noqa: F811
+) -> None:
+    """A promotion stops the slave, then lowers every offset past its log's end: offsets from a
+    metadata answer still being written in a thread when the slave was stopped must be written
+    before the stop returns, or they land after the lowering and skip what the new master then
+    stores at those queue offsets."""
+    master = broker(tmp_path, registry, "a", 0, broker_role="ASYNC_MASTER").start()
+    store = MessageStore(StoreConfig(store_dir=tmp_path / "slave")).open()
+    store.replica = True
+    written = threading.Event()
+
+    def write_offsets(entered: threading.Event) -> None:
+        entered.set()
+        time.sleep(0.5)  # a slow disk, or many groups
+        written.set()
+
+    async def scenario() -> bool:
+        entered = threading.Event()
+
+        async def apply(answer: dict[str, Any]) -> None:
+            await asyncio.to_thread(write_offsets, entered)
+
+        async def find_master() -> str:
+            return master.url
+
+        slave = HaSlave(store, find_master, 7, "http://127.0.0.1:9", apply, 200, link=HttpOutbound())
+        slave.start()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(entered.wait, 30), 31)
+        finally:
+            await slave.stop()
+        return written.is_set()
+
+    try:
+        assert asyncio.run(scenario()), "the slave stopped while its metadata answer was still being written"
+    finally:
+        store.close()
+        master.kill()
+
+
+@pytest.mark.parametrize("consume_mode", ["concurrently", "orderly"])
+def test_a_commit_for_messages_a_former_master_cut_is_refused_after_the_cut(
+    tmp_path: Path,
+    registry: str,  # noqa: F811
+    consume_mode: str,
+) -> None:
+    """A member read messages only the master stored; the master was replaced, cut them and copied
+    the new master's messages to the same queue offsets; the member's commit of what it read,
+    arriving only now, must be refused (its generation read the cut log): taken, it would pass the
+    new messages and reach the new master as an offset ahead of its own. An ordered member still
+    holds its queue's lock (the new master has it too): the lock alone does not refuse it."""
+    proxy, through_proxy = registry_proxy(registry)
+    master = broker(tmp_path, through_proxy, "a", 0, broker_role="ASYNC_MASTER", database_timeout_s=1).start()
+    slave = broker(tmp_path, registry, "b", 1, broker_role="SLAVE").start()
+    try:
+        response = httpx.post(f"{master.url}/v1/topics", json={"name": TOPIC, "queues": 1})
+        assert response.status_code == 201, response.text
+        wait_until(lambda: ha(slave)["connected"], what="the slave to connect")
+        # Joined while the slave follows, so that it has the group's retry topic too: the group's
+        # queues are the same on both, and nothing but the cut can move its generation.
+        join = {
+            "client_id": "m1",
+            "subscriptions": {TOPIC: "*"},
+            "consume_from": "first",
+            "consume_mode": consume_mode,
+        }
+        assert httpx.post(f"{master.url}/v1/groups/billing/heartbeat", json=join).status_code == 200
+        if consume_mode == "orderly":
+            locked = {"client_id": "m1", "queues": [{"topic": TOPIC, "queue_id": 0}]}
+            assert len(httpx.post(f"{master.url}/v1/groups/billing/locks", json=locked).json()["queues"]) == 1
+        send(master.url, [f"shared-{n}" for n in range(4)])
+        wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
+        wait_until(lambda: committed(slave.url, "billing") == 0, what="the slave to take the group's offset")
+        slave.kill()
+        send(master.url, [f"alone-{n}" for n in range(3)])  # queue offsets 4..6, on the master alone
+
+        pulled = httpx.get(
+            f"{master.url}/v1/groups/billing/messages", params={"client_id": "m1", "max_messages": 100}
+        ).json()
+        assert len(pulled["messages"]) == 7
+        [read] = pulled["offsets"]
+        assert read["next_offset"] == 7
+
+        # Stopped (the restarted slave copies nothing more from it) and cut off from the registry:
+        # it cannot renew its lease, nor learn of the promotion.
+        assert master.process is not None
+        os.kill(master.process.pid, signal.SIGSTOP)
+        try:
+            proxy.stop()
+            slave.start()
+            wait_until(lambda: not ha(slave)["master_alive"], what="the master's lease to end")
+            promoted = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
+            assert promoted.status_code == 200, promoted.text
+        finally:
+            os.kill(master.process.pid, signal.SIGCONT)
+        send(slave.url, [f"new-{n}" for n in range(6)])  # queue offsets 4..9 on the new master
+        proxy.start()
+        wait_until(lambda: ha(master)["role"] == "SLAVE", what="the old master to step down")
+        wait_until(lambda: caught_up(slave, master), what="the old master to follow the new one")
+
+        commit = {
+            "client_id": "m1",
+            "generation": pulled["generation"],
+            "offsets": [{"topic": TOPIC, "queue_id": 0, "offset": read["next_offset"]}],
+        }
+        late = httpx.put(f"{master.url}/v1/groups/billing/offsets", json=commit)
+        assert late.status_code == 409, late.text
+        assert "cut" in late.json()["message"]
+        # Two metadata rounds: anything it took would have reached the new master.
+        time.sleep(1.0)
+        assert (committed(slave.url, "billing") or 0) <= 4
+    finally:
+        slave.kill()
+        master.kill()
+        proxy.close()
