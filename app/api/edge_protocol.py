@@ -154,6 +154,8 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         cycle: object = self.cycle
         if type(cycle) is LaneCycle:
+            if cycle.run_now():
+                return
             task = self.loop.create_task(cycle.run())
             task.add_done_callback(self.tasks.discard)
             self.tasks.add(task)

@@ -47,7 +47,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.acl.middleware import AclMiddleware
 from app.acl.watch import AclFile
 from app.api.errors import ApiError, ErrorCode
-from app.api.messages import produce_answer, produce_media_type, pull_answer
+from app.api.messages import produce_answer, produce_media_type, produce_now, pull_answer
 from app.api.metrics import HttpDurations, StatusNote
 from app.broker import Broker
 
@@ -92,6 +92,8 @@ class Taken(NamedTuple):
 
     template: str
     handler: Handler
+    # A produce's (topic, media type): what FastLane.produce_now needs to answer it at once.
+    produce: tuple[str, str] | None = None
 
 
 class FastLane:
@@ -125,7 +127,7 @@ class FastLane:
             media_type = self._producible(scope) if topic is not None else None
             if topic is None or media_type is None:
                 return None
-            taken = Taken(PRODUCE_TEMPLATE, partial(self._produce, topic, media_type))
+            taken = Taken(PRODUCE_TEMPLATE, partial(self._produce, topic, media_type), (topic, media_type))
         elif method == "GET":
             placed = _pull_queue(path)
             parameters = _pull_parameters(scope["query_string"]) if placed is not None else None
@@ -154,6 +156,26 @@ class FastLane:
             self.durations.fast_lane_requests += 1
 
     # -- produce -----------------------------------------------------------------------------------
+
+    def produce_now(self, taken: Taken, scope: Scope, raw: bytes) -> tuple[bytes, bool] | None:
+        """A produce's answer made without waiting (:func:`~app.api.messages.produce_now`), and
+        whether held pulls it woke answer first; None, with nothing stored, when :meth:`serve` must
+        answer it: behind the ACL, with CORS, a broker still starting, a refusal (serve answers it
+        as the app does)."""
+        if taken.produce is None or self.acl is not None or self.cors:
+            return None
+        broker: Broker | None = getattr(self.state, "broker", None)
+        if broker is None:
+            return None
+        topic, media_type = taken.produce
+        query_string = scope["query_string"]
+        query = QueryParams(query_string) if query_string else NO_QUERY
+        return produce_now(broker, topic, media_type, raw, query, scope)
+
+    def observe_now(self, taken: Taken, started: float) -> None:
+        """Time an answer :meth:`produce_now` made, as :meth:`serve` times its own."""
+        self.durations.observe(("POST", taken.template, 200), perf_counter() - started)
+        self.durations.fast_lane_requests += 1
 
     async def _produce(self, topic: str, media_type: str, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await _body(receive)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("uvicorn.error")
 access_logger = logging.getLogger("uvicorn.access")
 
+_JSON = (b"content-type", b"application/json")  # as Starlette's Response(..., media_type=JSON)
 INTERNAL_ERROR = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
@@ -109,11 +111,7 @@ class LaneCycle:
         try:
             await lane.serve(self.taken, self.scope, self.receive, self.send)
         except BaseException as exc:  # noqa: BLE001 - as uvicorn's run_asgi: logged, then answered
-            log.error("Exception in ASGI application\n", exc_info=exc)
-            if not self.response_started and not self.disconnected:
-                self.response_started = self.response_complete = True
-                self.transport.write(INTERNAL_ERROR)
-            self.transport.close()
+            self._fail(exc)
             if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
                 raise
         else:
@@ -122,6 +120,57 @@ class LaneCycle:
                 self.transport.close()
         finally:
             self.on_response = _nothing
+
+    def run_now(self) -> bool:
+        """Answer the request here and now when the lane makes its answer without waiting (a
+        produce: :meth:`FastLane.produce_now`); False, with nothing done, when :meth:`run` must
+        serve it. An answer that woke held pulls is written once they had their turn."""
+        lane = self.lane
+        if self.taken.produce is None or self.protocol.flow.write_paused:
+            return False
+        started = perf_counter()
+        try:
+            made = lane.produce_now(self.taken, self.scope, bytes(self.body))
+        except Exception as exc:  # noqa: BLE001 - stored, then failed: answered as run answers it
+            self._fail(exc)
+            return True
+        if made is None:
+            return False
+        lane.durations.lane_cycle_requests += 1
+        lane.durations.lane_answered_now += 1
+        self._received = True
+        self.body = bytearray()
+        answer, woke = made
+        if woke:
+            asyncio.get_running_loop().call_soon(self._answer_now, answer, started)
+        else:
+            self._answer_now(answer, started)
+        return True
+
+    def _answer_now(self, answer: bytes, started: float) -> None:
+        try:
+            if not self.disconnected:
+                self.response_started = True
+                head = self._status_and_headers(200, ((b"content-length", b"%d" % len(answer)), _JSON))
+                self.transport.writelines((head, answer))
+                self.response_complete = True
+                if not self.keep_alive:
+                    self.transport.close()
+                self.on_response()
+        except Exception as exc:  # noqa: BLE001 - as run: logged, then answered
+            self._fail(exc)
+        finally:
+            self.on_response = _nothing
+            self.lane.observe_now(self.taken, started)
+
+    def _fail(self, exc: BaseException) -> None:
+        """A failure serving the request: logged, answered 500 before the answer started, and the
+        connection closed (uvicorn's way)."""
+        log.error("Exception in ASGI application\n", exc_info=exc)
+        if not self.response_started and not self.disconnected:
+            self.response_started = self.response_complete = True
+            self.transport.write(INTERNAL_ERROR)
+        self.transport.close()
 
     # -- ASGI ----------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from app.api.peers import client_born_host
 from app.api.produce_docs import JSON, NDJSON, OCTET_STREAM, PRODUCE_BODY, PRODUCE_PARAMETERS
 from app.api.schemas import ProduceResponse, PullResponse
 from app.api.topics import BrokerDep, QueueId, TopicName, get_broker
-from app.broker import Broker
+from app.broker import Broker, plain
 from app.broker.filters import filter_of
 from app.cloudevents import BATCH_MEDIA_TYPE as CLOUDEVENTS_BATCH
 from app.cloudevents import (
@@ -214,6 +214,36 @@ async def produce_answer(
             topic, batch, transaction, query.get("producer_group"), born_host
         )
     return orjson.dumps({"results": results})
+
+
+# What produce_now parses; any other type but the binary batch and CloudEvents is a raw body.
+_PARSERS_NOW = {JSON: _parse_json, NDJSON: _parse_ndjson}
+_NOT_NOW = frozenset((BATCH_MEDIA_TYPE, CLOUDEVENT, CLOUDEVENTS_BATCH, BINARY_MODE))
+
+
+def produce_now(
+    broker: Broker, topic: str, media_type: str, raw: bytes, query: QueryParams, scope: Scope
+) -> tuple[bytes, bool] | None:
+    """:func:`produce_answer`'s answer made without waiting, for the usual produce: plain messages
+    in JSON, NDJSON or a raw body, stored in one compiled call, under a flush and replication mode
+    that acknowledge at once. With it, whether the append woke held pulls (they answer before the
+    producer does). None, with nothing stored, when :func:`produce_answer` must answer: another
+    kind of produce or body, a batch the general path takes, and every refusal (a body it cannot
+    parse, a slave, a full disk: raised before anything is stored), which produce_answer, asked
+    again, answers."""
+    if media_type in _NOT_NOW or "transaction" in query or not broker.acknowledges_at_once():
+        return None
+    parse = _PARSERS_NOW.get(media_type)
+    try:
+        batch = parse(raw) if parse is not None else [_raw_body_message(raw, query)]
+        stored = plain.store_messages_now(broker, topic, batch, client_born_host(scope)) if batch else None
+    except Exception:  # noqa: BLE001 - nothing was stored: produce_answer answers it
+        return None
+    if stored is None:
+        return None
+    status = broker.acknowledge_now(stored.appended)
+    assert status is not None  # acknowledges_at_once
+    return orjson.dumps({"results": stored.answers(status)[0]}), stored.woke
 
 
 async def _produce_route(request: Request) -> Response:

@@ -54,6 +54,7 @@ class HttpDurations(Collector):
         self.series: dict[SeriesKey, DurationHistogram] = {}
         self.fast_lane_requests = 0  # of those, answered by app.api.fast_lane
         self.lane_cycle_requests = 0  # of those, on the connection (app.api.lane_cycle)
+        self.lane_answered_now = 0  # of those, answered without waiting (LaneCycle.run_now)
 
     def observe(self, key: SeriesKey, seconds: float) -> None:
         histogram = self.series.get(key)
@@ -79,6 +80,12 @@ class HttpDurations(Collector):
             "wharf_http_fast_lane_connection_requests",
             "Of the fast lane's requests, those served on the connection, below uvicorn's request cycle",
             value=self.lane_cycle_requests,
+        )
+        yield CounterMetricFamily(
+            "wharf_http_fast_lane_answered_at_once",
+            "Of the requests served on the connection, produces answered without waiting: stored in "
+            "one compiled call under a flush and a replication mode that acknowledge at once",
+            value=self.lane_answered_now,
         )
 
 

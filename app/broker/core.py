@@ -419,9 +419,14 @@ class Broker:
         (:func:`plain.produce_plain`); the answers of those stored."""
         return await plain.produce_plain(self, topic, batches, born_host)
 
+    def acknowledges_at_once(self) -> bool:
+        """Whether neither the flush mode nor the replication mode makes an acknowledgement wait
+        (ASYNC_FLUSH, no SYNC_MASTER): :meth:`acknowledge_now` then answers."""
+        return self.store.group_commit is None and self.ha.confirms_at_once()
+
     def acknowledge_now(self, appended: Sequence[AppendResult]) -> str | None:
-        """:meth:`acknowledge` without waiting when neither the flush mode nor the replication mode
-        makes it wait (ASYNC_FLUSH, no SYNC_MASTER): SEND_OK; None when it must be awaited."""
+        """:meth:`acknowledge` without waiting when :meth:`acknowledges_at_once`: SEND_OK; None when
+        it must be awaited."""
         if self.store.group_commit is not None:
             return None
         return self.ha.confirm_now(appended[-1].end_offset)  # the results are in log order

@@ -530,10 +530,14 @@ class HaRole:
             [master] if master else [],
         )
 
+    def confirms_at_once(self) -> bool:
+        """Whether :meth:`confirm` answers without waiting: any role but a SYNC_MASTER's."""
+        return self.master is None or self.role != "SYNC_MASTER"
+
     def confirm_now(self, end_offset: int) -> str | None:
-        """:meth:`confirm` without waiting, when it would not wait (any role but a SYNC_MASTER's):
+        """:meth:`confirm` without waiting, when it would not wait (:meth:`confirms_at_once`):
         SEND_OK, with ``end_offset`` recorded as confirmed; None when a slave must confirm first."""
-        if self.master is not None and self.role == "SYNC_MASTER":
+        if not self.confirms_at_once():
             return None
         if end_offset > self.confirmed_offset:
             self.confirmed_offset = end_offset

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from app.broker import repeats
 from app.broker.idempotency import IdempotencyWindow
@@ -108,6 +108,25 @@ def plain_encoder(
     )
 
 
+class Stored(NamedTuple):
+    """Records :func:`store_encoded` appended, not yet acknowledged."""
+
+    records: list[EncodedRecord]
+    appended: Sequence[AppendResult]
+    sizes: list[int]  # records per stored batch
+    woke: bool  # the append woke held pulls, which answer before the producer does
+
+    def answers(self, status: str) -> list[list[dict[str, Any]]]:
+        """Each stored batch's answers, every message with ``status``."""
+        assert compiled is not None
+        answers = compiled.plain_answers(self.records, self.appended, status)
+        stored, start = [], 0
+        for size in self.sizes:
+            stored.append(answers[start : start + size])
+            start += size
+        return stored
+
+
 async def produce_encoded(
     broker: Broker,
     topic: str,
@@ -116,20 +135,50 @@ async def produce_encoded(
     born_host: bytes = NO_HOST,
 ) -> list[list[dict[str, Any]]]:
     """Encode ``batches`` with the kernel's ``encode`` (``encode_batch`` or ``encode_messages``) up
-    to the first it refuses, append their records in one append, and answer each batch. The
-    records carry ``born_host``, the producer's address."""
+    to the first it refuses, append their records in one append, and answer each batch once they
+    are acknowledged. The records carry ``born_host``, the producer's address."""
+    stored = store_encoded(broker, topic, batches, encode, born_host)
+    if stored is None:
+        return []
+    if stored.woke:
+        # The pulls this append woke answer before the producer does (as Broker.produce).
+        await asyncio.sleep(0)
+    status = broker.acknowledge_now(stored.appended) or await broker.acknowledge(stored.appended)
+    return stored.answers(status)
+
+
+def store_messages_now(
+    broker: Broker, topic: str, messages: Sequence[IncomingMessage], born_host: bytes = NO_HOST
+) -> Stored | None:
+    """:func:`store_encoded` of parsed ``messages``, for a caller that acknowledges them itself
+    (:meth:`Broker.acknowledge_now`); None, with nothing stored, when the general path must take
+    them or the kernel is not loaded."""
+    if compiled is None:
+        return None
+    return store_encoded(broker, topic, [messages], compiled.encode_messages, born_host)
+
+
+def store_encoded(
+    broker: Broker,
+    topic: str,
+    batches: Sequence[Any],
+    encode: Callable[..., Any],
+    born_host: bytes = NO_HOST,
+) -> Stored | None:
+    """The part of :func:`produce_encoded` that does not wait: encode, check, append. None when
+    nothing was stored."""
     assert compiled is not None
     if not batches:
-        return []
+        return None
     config = broker.topics.get(topic)
     if config is None or not config.writable:
-        return []
+        return None
     store = broker.store
     limits = store.limits
     try:
         topic_bytes = validate_topic(topic, limits.max_topic_length)
     except InvalidTopicError:
-        return []
+        return None
     window = broker.idempotency if broker.idempotency.enabled else None
     now_ms = int(time.time() * 1000)
     round_robin = broker.round_robin.get(topic, 0)
@@ -137,7 +186,7 @@ async def produce_encoded(
     records: list[EncodedRecord] = []
     entries: dict[tuple[str, int], int] = {}
     supplied: set[str] = set()
-    sizes: list[int] = []  # records per stored batch
+    sizes: list[int] = []
     total_size = body_bytes = 0
     for batch in batches:
         encoder = plain_encoder(
@@ -157,7 +206,7 @@ async def produce_encoded(
         round_robin, counter = round_robin_after, counter_after
         sizes.append(len(made))
     if not records:
-        return []
+        return None
     broker.ha.check_writable("messages")
     # Taken only now: a batch the general path takes chooses its queues and ids there.
     broker.round_robin[topic] = round_robin
@@ -165,18 +214,9 @@ async def produce_encoded(
     woken = broker.holds.woken
     appended = store.append_records(records, total_size, entries)
     broker.metrics.count_produced(topic, len(records), body_bytes)
-    if broker.holds.woken != woken:
-        # The pulls this append woke answer before the producer does (as Broker.produce).
-        await asyncio.sleep(0)
     if supplied and window is not None:
         window.put_records(topic, records, appended)  # before the group commit, as in produce_general
-    status = broker.acknowledge_now(appended) or await broker.acknowledge(appended)
-    answers = compiled.plain_answers(records, appended, status)
-    stored, start = [], 0
-    for size in sizes:
-        stored.append(answers[start : start + size])
-        start += size
-    return stored
+    return Stored(records, appended, sizes, broker.holds.woken != woken)
 
 
 def repeated(
