@@ -76,6 +76,9 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._header_bytes = 0
         self._refusal: RequestRefused | None = None
+        # Since when the connection waits for a next request, None while one is being served: the
+        # keep-alive deadline counts from it.
+        self._idle_since: float | None = None
 
     # Connection lifecycle.
 
@@ -93,6 +96,9 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
         super().connection_lost(exc)
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
 
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():
@@ -252,6 +258,43 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         )
         self.transport.write(b"".join(content))
         self.transport.close()
+
+    # The keep-alive deadline: one timer per connection. Uvicorn arms one per answer and cancels it
+    # when the next request's bytes come; here those only mark the connection busy or idle, and the
+    # timer, when it fires, closes the connection only if it has been idle for the whole timeout.
+
+    def _unset_keepalive_if_required(self) -> None:
+        self._idle_since = None
+
+    def on_response_complete(self) -> None:
+        """Uvicorn's, but for the keep-alive timer (see above)."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._idle_since = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = now = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self._arm_keep_alive_timer(now)
+
+    def _arm_keep_alive_timer(self, since: float) -> None:
+        self.timeout_keep_alive_task = self.loop.call_at(
+            since + self.timeout_keep_alive, self._keep_alive_timed_out
+        )
+
+    def _keep_alive_timed_out(self) -> None:
+        self.timeout_keep_alive_task = None
+        since = self._idle_since
+        if since is None or self.transport.is_closing():
+            return  # serving a request: its answer arms the timer again
+        if self.loop.time() < since + self.timeout_keep_alive:
+            self._arm_keep_alive_timer(since)
+            return
+        self.timeout_keep_alive_handler()
 
     # The header deadline.
 

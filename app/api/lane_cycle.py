@@ -38,6 +38,8 @@ log = logging.getLogger("uvicorn.error")
 access_logger = logging.getLogger("uvicorn.access")
 
 _JSON = (b"content-type", b"application/json")  # as Starlette's Response(..., media_type=JSON)
+# The default headers a 200 answer's head last started with, and that start.
+_ok_start: tuple[object, bytes] = (None, b"")
 INTERNAL_ERROR = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
@@ -151,7 +153,7 @@ class LaneCycle:
         try:
             if not self.disconnected:
                 self.response_started = True
-                head = self._status_and_headers(200, ((b"content-length", b"%d" % len(answer)), _JSON))
+                head = self._json_head(len(answer))
                 self.transport.writelines((head, answer))
                 self.response_complete = True
                 if not self.keep_alive:
@@ -223,6 +225,20 @@ class LaneCycle:
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
+
+    def _json_head(self, length: int) -> bytes:
+        """The head of a 200 JSON answer of ``length`` bytes, as :meth:`_status_and_headers` makes
+        it; its start (status line and default headers) kept while the default headers stay."""
+        global _ok_start
+        defaults = self.default_headers
+        if self.log_access or not self.keep_alive:
+            return self._status_and_headers(200, ((b"content-length", b"%d" % length), _JSON))
+        if _ok_start[0] is not defaults:  # uvicorn makes a new list when the date changes
+            content = [STATUS_LINE[200]]
+            for name, value in defaults:
+                content.extend((name, b": ", value, b"\r\n"))
+            _ok_start = (defaults, b"".join(content))
+        return b"%scontent-length: %d\r\ncontent-type: application/json\r\n\r\n" % (_ok_start[1], length)
 
     def _status_and_headers(self, status: int, headers: Any) -> bytes:
         """The answer's head, as uvicorn writes it: status line, default headers, its own (values

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import statistics
 import threading
 import time
@@ -392,4 +393,44 @@ def test_a_connection_flood_leaves_the_store_its_descriptors(tmp_path: Path) -> 
     finally:
         for sock in flood:
             sock.close()
+        broker.stop()
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the broker closes ``sock`` within ``seconds`` (the client sending nothing)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(65536) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.slow
+def test_a_kept_connection_is_closed_once_idle_for_the_keep_alive_timeout_only(tmp_path: Path) -> None:
+    """Requests on one connection for longer than the keep-alive timeout (produces the lane answers
+    on the connection, and other routes): never cut while they come; once they stop, the connection
+    is closed the timeout after the last answer, not before."""
+    timeout_s = 1.0
+    broker = BrokerProcess(tmp_path / "store", keep_alive_timeout_s=timeout_s).start()
+    try:
+        assert httpx.post(f"{broker.url}/v1/topics", json={"name": "kept", "queues": 1}).status_code == 201
+        produce = (
+            b"POST /v1/topics/kept/messages HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/octet-stream\r\nContent-Length: 1\r\n\r\nx"
+        )
+        health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        sock = connect(broker.port)
+        began = time.monotonic()
+        turn = 0
+        while time.monotonic() - began < timeout_s * 3:
+            sock.sendall(produce if turn % 2 == 0 else health)
+            assert read_response(sock).status == 200, turn
+            turn += 1
+            time.sleep(timeout_s * 0.3)
+        assert not closed_within(sock, timeout_s * 0.6)  # idle for 0.9 of the timeout by now
+        assert closed_within(sock, timeout_s * 1.5)
+        sock.close()
+    finally:
         broker.stop()
