@@ -65,6 +65,7 @@ _PULL_PARAMETERS = {
     name.encode(): name for name in ("offset", "max_messages", "max_wait_ms", "tags", "group")
 }
 _JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+MAX_MEDIA_TYPES = 256  # Content-Type values whose media type the lane keeps (a client sends a few)
 NO_QUERY = QueryParams(b"")
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -109,6 +110,8 @@ class FastLane:
         self.durations = durations
         self.max_request_bytes = max_request_bytes
         self.cors = cors  # CORS configured: a request with an Origin goes to the app's CORS middleware
+        # Content-Type header -> the produce's media type, None when the lane does not take it.
+        self._media_types: dict[bytes, str | None] = {}
         acl: AclFile | None = getattr(app.state, "acl", None)
         # The app's own ACL middleware, around the lane's handler instead of the app.
         self.acl = (
@@ -209,10 +212,16 @@ class FastLane:
                 return None
         if length is None or length > self.max_request_bytes or content_type is None:
             return None
+        if content_type in self._media_types:
+            return self._media_types[content_type]
         try:
-            return produce_media_type(content_type.decode("latin-1"))
+            media_type: str | None = produce_media_type(content_type.decode("latin-1"))
         except ApiError:
-            return None
+            media_type = None
+        if len(self._media_types) >= MAX_MEDIA_TYPES:
+            self._media_types.clear()
+        self._media_types[content_type] = media_type
+        return media_type
 
     # -- pull --------------------------------------------------------------------------------------
 
