@@ -56,7 +56,6 @@ class LaneCycle:
         "keep_alive",
         "lane",
         "log_access",
-        "message_event",
         "on_response",
         "protocol",
         "response_complete",
@@ -92,13 +91,19 @@ class LaneCycle:
         self.disconnected = False
         self.response_started = False
         self.response_complete = False
-        self.message_event = self  # what the protocol sets when the connection is lost
         self._disconnect: asyncio.Future[None] | None = None
         self._received = False
         self._head: bytes | None = None
         self._remaining = -1  # the answer's bytes still to come; -1: no Content-Length
 
     # -- what the protocol calls -------------------------------------------------------------------
+
+    @property
+    def message_event(self) -> LaneCycle:
+        """What the protocol sets when the connection is lost: the cycle itself. A property, not an
+        attribute: a cycle referring to itself would be garbage only the collector frees, and with
+        it the request's scope and headers, for every request."""
+        return self
 
     def set(self) -> None:
         """The protocol's ``message_event.set()``: on a lost connection, or the answer complete."""
