@@ -4,9 +4,11 @@ Run from the repository root::
 
     .venv/bin/python -m bench.produce_inprocess [--quick] [--json out.json]
 
-The app (``create_app``, the store's defaults, ASYNC flush) runs in this process on uvloop; each
-request is the ASGI call the broker's HTTP protocol makes for ``POST /v1/topics/{t}/messages``
-(the fast lane answers it), its body already read. Rows: a JSON batch of 100 messages of 1 KiB
+The app (``create_app``, the store's defaults, ASYNC flush) runs in this process on uvloop behind
+the broker's own HTTP protocol (``app.server.server_config``'s, as uvicorn serves it); each request
+is its bytes for ``POST /v1/topics/{t}/messages``, handed to the protocol as a connection's data,
+and its answer is what the protocol writes to the connection's transport, which here keeps it (no
+socket: the kernel's share of a request is not in the figure). Rows: a JSON batch of 100 messages of 1 KiB
 (base64 bodies, as the peers benchmark's plain JSON lane sends them), a binary batch of the same
 messages, and one raw 128 B message. The figure is the process's CPU time (every thread: the
 index and allocating threads' share of the work is the broker's too) over the messages, so the
@@ -18,6 +20,7 @@ not move at all.
 
 from __future__ import annotations
 
+import asyncio
 import cProfile
 import os
 import pstats
@@ -63,64 +66,88 @@ ROWS: list[tuple[str, bytes, bytes, int]] = [
 ]
 
 
-def _scope(app: Any, content_type: bytes, body: bytes) -> dict[str, Any]:
-    path = f"/v1/topics/{TOPIC}/messages"
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8080),
-        "headers": [
-            (b"host", b"bench"),
-            (b"content-type", content_type),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "state": {},
-        "app": app,
-    }
+class _Connection(asyncio.Transport):
+    """One connection's transport: the protocol's writes are counted and their statuses kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.statuses: set[bytes] = set()
+        self.answers = 0
+        self.answered: asyncio.Future[None] | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.statuses.add(bytes(data[9:12]))  # "HTTP/1.1 200 ..."
+        self.answers += 1
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_result(None)
+
+    def writelines(self, chunks: Any) -> None:
+        self.write(b"".join(chunks))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _request(content_type: bytes, body: bytes) -> bytes:
+    return (
+        b"POST /v1/topics/%s/messages HTTP/1.1\r\nhost: bench\r\ncontent-type: %s\r\n"
+        b"content-length: %d\r\n\r\n%s" % (TOPIC.encode(), content_type, len(body), body)
+    )
 
 
 async def _measure(
     root: Path, plan: Plan, content_type: bytes, body: bytes, per_request: int
 ) -> tuple[float, float]:
     """CPU microseconds and Python calls per message of ``plan.requests`` requests of ``body``."""
+    from uvicorn.server import ServerState
+
     from app.api.app import create_app
+    from app.server import server_config
     from app.settings import Settings
 
     settings = Settings(store_dir=root, **broker_settings())  # type: ignore[arg-type]
     app = create_app(settings)
-    statuses: set[int] = set()
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            statuses.add(message["status"])
-
+    config = server_config(app, settings, access_log=False)
+    config.load()
+    request = _request(content_type, body)
     async with app.router.lifespan_context(app):
         await app.state.broker.topic_for_write(TOPIC)
-        scope = _scope(app, content_type, body)
-        for _ in range(WARMUP):
-            await app(dict(scope), receive, send)
+        loop = asyncio.get_running_loop()
+        protocol = config.http_protocol_class(  # type: ignore[call-arg]
+            config=config, server_state=ServerState(), app_state={}, _loop=loop
+        )
+        connection = _Connection()
+        protocol.connection_made(connection)
+
+        async def send(count: int) -> None:
+            for _ in range(count):
+                connection.answered = loop.create_future()
+                protocol.data_received(request)
+                await connection.answered
+
+        await send(WARMUP)
         started = time.process_time()
-        for _ in range(plan.requests):
-            await app(dict(scope), receive, send)
+        await send(plan.requests)
         elapsed = time.process_time() - started
         profile = cProfile.Profile()
         profile.enable()
-        for _ in range(plan.requests):
-            await app(dict(scope), receive, send)
+        await send(plan.requests)
         profile.disable()
-    if statuses != {200}:
-        raise RuntimeError(f"the broker answered {sorted(statuses)}")
+        protocol.connection_lost(None)
+    if connection.statuses != {b"200"}:
+        raise RuntimeError(f"the broker answered {sorted(connection.statuses)}")
     messages = plan.requests * per_request
     calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
     return elapsed / messages * 1e6, calls / messages
