@@ -63,6 +63,8 @@ async def run_to_end(work: Awaitable[T]) -> T:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller gets the cancellation
         raise
 
 
