@@ -29,7 +29,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pybase64
@@ -66,40 +65,6 @@ ROWS: list[tuple[str, bytes, bytes, int]] = [
 ]
 
 
-class _Connection(asyncio.Transport):
-    """One connection's transport: the protocol's writes are counted and their statuses kept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.statuses: set[bytes] = set()
-        self.answers = 0
-        self.answered: asyncio.Future[None] | None = None
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.statuses.add(bytes(data[9:12]))  # "HTTP/1.1 200 ..."
-        self.answers += 1
-        if self.answered is not None and not self.answered.done():
-            self.answered.set_result(None)
-
-    def writelines(self, chunks: Any) -> None:
-        self.write(b"".join(chunks))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 def _request(content_type: bytes, body: bytes) -> bytes:
     return (
         b"POST /v1/topics/%s/messages HTTP/1.1\r\nhost: bench\r\ncontent-type: %s\r\n"
@@ -111,31 +76,32 @@ async def _measure(
     root: Path, plan: Plan, content_type: bytes, body: bytes, per_request: int
 ) -> tuple[float, float]:
     """CPU microseconds and Python calls per message of ``plan.requests`` requests of ``body``."""
-    from uvicorn.server import ServerState
-
     from app.api.app import create_app
-    from app.server import server_config
     from app.settings import Settings
+    from tests.api.in_process import Transport, connector
 
     settings = Settings(store_dir=root, **broker_settings())  # type: ignore[arg-type]
     app = create_app(settings)
-    config = server_config(app, settings, access_log=False)
-    config.load()
     request = _request(content_type, body)
+    statuses: set[bytes] = set()
+    loop = asyncio.get_running_loop()
+    answered = loop.create_future()
+
+    def on_write(data: bytes) -> None:
+        statuses.add(data[9:12])  # "HTTP/1.1 200 ..."
+        if not answered.done():
+            answered.set_result(None)
+
     async with app.router.lifespan_context(app):
         await app.state.broker.topic_for_write(TOPIC)
-        loop = asyncio.get_running_loop()
-        protocol = config.http_protocol_class(  # type: ignore[call-arg]
-            config=config, server_state=ServerState(), app_state={}, _loop=loop
-        )
-        connection = _Connection()
-        protocol.connection_made(connection)
+        protocol = connector(app, settings)(Transport(on_write))
 
         async def send(count: int) -> None:
+            nonlocal answered
             for _ in range(count):
-                connection.answered = loop.create_future()
+                answered = loop.create_future()
                 protocol.data_received(request)
-                await connection.answered
+                await answered
 
         await send(WARMUP)
         started = time.process_time()
@@ -146,8 +112,8 @@ async def _measure(
         await send(plan.requests)
         profile.disable()
         protocol.connection_lost(None)
-    if connection.statuses != {b"200"}:
-        raise RuntimeError(f"the broker answered {sorted(connection.statuses)}")
+    if statuses != {b"200"}:
+        raise RuntimeError(f"the broker answered {sorted(statuses)}")
     messages = plan.requests * per_request
     calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
     return elapsed / messages * 1e6, calls / messages

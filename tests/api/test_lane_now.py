@@ -12,52 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from uvicorn.server import ServerState
 
 from app.api.app import create_app
+from app.api.fast_lane import MAX_MEDIA_TYPES
 from app.broker.topic_admin import create_topic
 from app.routing.topic_config import TopicConfig
-from app.server import server_config
 from app.settings import Settings
 from app.store import kernel
+from tests.api.in_process import Transport, connector
 
 TOPIC = "now"
 # Without the compiled kernel every produce takes the general path, through the lane's task.
 AT_ONCE = kernel.compiled is not None
-
-
-class Recorder(asyncio.Transport):
-    """A connection's transport: every write goes to ``log`` under the connection's name."""
-
-    def __init__(self, name: str, log: list[tuple[str, bytes]], wrote: asyncio.Event) -> None:
-        super().__init__()
-        self.name, self.log, self.wrote = name, log, wrote
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.log.append((self.name, bytes(data)))
-        self.wrote.set()
-
-    def writelines(self, chunks: Any) -> None:
-        self.write(b"".join(chunks))
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
 
 def request(method: str, target: str, content_type: str = "", body: bytes = b"") -> bytes:
@@ -77,22 +43,13 @@ def run(tmp_path: Path, scenario: Scenario, **settings: Any) -> None:
     async def main() -> None:
         app_settings = Settings(store_dir=tmp_path / "store", **settings)
         app = create_app(app_settings)
-        config = server_config(app, app_settings, access_log=False)
-        config.load()
-        state = ServerState()
         log: list[tuple[str, bytes]] = []
-        wrote = asyncio.Event()
         async with app.router.lifespan_context(app):
-            broker = app.state.broker
-            await create_topic(broker, TopicConfig(TOPIC, 1, 1))
-            loop = asyncio.get_running_loop()
+            await create_topic(app.state.broker, TopicConfig(TOPIC, 1, 1))
+            open_connection = connector(app, app_settings)
 
             def connect(name: str) -> Any:
-                protocol = config.http_protocol_class(  # type: ignore[call-arg]
-                    config=config, server_state=state, app_state={}, _loop=loop
-                )
-                protocol.connection_made(Recorder(name, log, wrote))
-                return protocol
+                return open_connection(Transport(lambda data: log.append((name, data))))
 
             await scenario(app, connect, log)
 
@@ -212,5 +169,24 @@ def test_a_served_request_leaves_nothing_for_the_garbage_collector(tmp_path: Pat
         finally:
             gc.enable()
         assert found < 200, f"{found} objects in reference cycles after 400 requests"
+
+    run(tmp_path, scenario)
+
+
+def test_the_media_types_the_lane_keeps_are_bounded(tmp_path: Path) -> None:
+    """A client sending a new Content-Type on every request does not grow what the lane keeps of
+    them past MAX_MEDIA_TYPES, and every one is still answered."""
+
+    async def scenario(app: Any, connect: Callable[[str], Any], log: list[tuple[str, bytes]]) -> None:
+        producer = connect("p")
+        for number in range(MAX_MEDIA_TYPES + 50):
+            log.clear()
+            content_type = f"application/json; variant={number}"
+            producer.data_received(
+                request("POST", f"/v1/topics/{TOPIC}/messages", content_type, b'{"body": "x"}')
+            )
+            await answered(log, {"p"})
+            assert status_of(log[-1][1]) == 200
+            assert len(app.fast_lane._media_types) <= MAX_MEDIA_TYPES
 
     run(tmp_path, scenario)
