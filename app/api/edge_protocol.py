@@ -114,8 +114,24 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 
     # Parser callbacks.
 
+    # uvicorn's own callbacks (on_message_begin, on_url, on_header) are written out in these, not
+    # called: each runs once per request or header, and a call is a good part of what they cost.
+
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
         self._in_headers = True
         self._head_bytes = 0
         self._header_bytes = 0
@@ -127,7 +143,7 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     def on_url(self, url: bytes) -> None:
         if len(self.url) + len(url) > self.limits.max_url_bytes:
             raise self._refused(ErrorCode.URI_TOO_LONG, f"the URL is over {self.limits.max_url_bytes} bytes")
-        super().on_url(url)
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_bytes += len(name) + len(value) + HEADER_LINE_OVERHEAD
@@ -136,7 +152,10 @@ class EdgeHttpProtocol(HttpToolsProtocol):
                 ErrorCode.HEADERS_TOO_LARGE,
                 f"the request's headers are over {self.limits.max_header_bytes} bytes",
             )
-        super().on_header(name, value)
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._in_headers = False

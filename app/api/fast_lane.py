@@ -106,6 +106,8 @@ class FastLane:
     ) -> None:
         self.app = app
         self.state = app.state
+        # The state's own dict: read without State.__getattr__, a Python call, on every request.
+        self._state: dict[str, Any] = app.state._state
         self.exception_handlers = app.exception_handlers
         self.durations = durations
         self.max_request_bytes = max_request_bytes
@@ -167,7 +169,7 @@ class FastLane:
         as the app does)."""
         if taken.produce is None or self.acl is not None or self.cors:
             return None
-        broker: Broker | None = getattr(self.state, "broker", None)
+        broker: Broker | None = self._state.get("broker")
         if broker is None:
             return None
         topic, media_type = taken.produce
@@ -249,7 +251,7 @@ class FastLane:
     # -- both --------------------------------------------------------------------------------------
 
     def _broker(self) -> Broker:
-        broker: Broker | None = getattr(self.state, "broker", None)
+        broker: Broker | None = self._state.get("broker")
         if broker is None:
             raise ApiError(ErrorCode.NOT_READY, "the broker is starting")
         return broker

@@ -158,8 +158,7 @@ class LaneCycle:
         try:
             if not self.disconnected:
                 self.response_started = True
-                head = self._json_head(len(answer))
-                self.transport.writelines((head, answer))
+                self.transport.write(self._json_answer(answer))
                 self.response_complete = True
                 if not self.keep_alive:
                     self.transport.close()
@@ -231,19 +230,23 @@ class LaneCycle:
             self.transport.close()
         self.on_response()
 
-    def _json_head(self, length: int) -> bytes:
-        """The head of a 200 JSON answer of ``length`` bytes, as :meth:`_status_and_headers` makes
-        it; its start (status line and default headers) kept while the default headers stay."""
+    def _json_answer(self, body: bytes) -> bytes:
+        """A 200 JSON answer of ``body``, its head as :meth:`_status_and_headers` makes it; the
+        head's start (status line and default headers) kept while the default headers stay."""
         global _ok_start
         defaults = self.default_headers
         if self.log_access or not self.keep_alive:
-            return self._status_and_headers(200, ((b"content-length", b"%d" % length), _JSON))
+            return self._status_and_headers(200, ((b"content-length", b"%d" % len(body)), _JSON)) + body
         if _ok_start[0] is not defaults:  # uvicorn makes a new list when the date changes
             content = [STATUS_LINE[200]]
             for name, value in defaults:
                 content.extend((name, b": ", value, b"\r\n"))
             _ok_start = (defaults, b"".join(content))
-        return b"%scontent-length: %d\r\ncontent-type: application/json\r\n\r\n" % (_ok_start[1], length)
+        return b"%scontent-length: %d\r\ncontent-type: application/json\r\n\r\n%s" % (
+            _ok_start[1],
+            len(body),
+            body,
+        )
 
     def _status_and_headers(self, status: int, headers: Any) -> bytes:
         """The answer's head, as uvicorn writes it: status line, default headers, its own (values

@@ -77,7 +77,7 @@ def produce_media_type(content_type: str | None) -> str:
 
 
 def _parse_json(raw: bytes) -> list[IncomingMessage]:
-    batch = wire.batch_of(raw)
+    batch = wire.body_of(raw)
     if batch is not None:
         return batch
     try:

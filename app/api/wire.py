@@ -104,15 +104,35 @@ def batch_of(raw: bytes) -> list[IncomingMessage] | None:
         batch = _BATCH.decode(raw)
     except ValueError:  # msgspec's errors, and text that is not UTF-8
         return None
-    for item in batch.messages:
-        # What orjson (the dict path) refuses as a number: outside 64 bits (queue_id is >= 0).
+    return _typed(batch.messages)
+
+
+def body_of(raw: bytes) -> list[IncomingMessage] | None:
+    """A produce's JSON body - a ``{"messages": [...]}`` batch or one message object - decoded
+    straight from its bytes, as :func:`batch_of` decodes a batch; None when it is neither, valid:
+    the caller then decodes it as :func:`messages_of` does, which says what is wrong. A body that
+    names ``"messages"`` anywhere is tried as a batch (one message whose text holds the word is
+    left to the caller: slower, the same answer)."""
+    if b'"messages"' in raw:
+        return batch_of(raw)
+    try:
+        message = _NDJSON_LINE.decode(raw)
+    except ValueError:
+        return None
+    return _typed([message])
+
+
+def _typed(items: list[WireMessage]) -> list[IncomingMessage] | None:
+    """The messages of decoded ``items``; None when a number is one orjson (the dict path) refuses:
+    outside 64 bits (queue_id is >= 0)."""
+    for item in items:
         if item.queue_id is not None and item.queue_id > UINT64_MAX:
             return None
         if item.delay_level is not None or item.delay_ms is not None or item.deliver_at_ms is not None:
             for number in (item.delay_level, item.delay_ms, item.deliver_at_ms):
                 if number is not None and not INT64_MIN <= number <= UINT64_MAX:
                     return None
-    return [to_incoming(item) for item in batch.messages]
+    return [to_incoming(item) for item in items]
 
 
 def messages_of(document: dict[str, Any]) -> list[IncomingMessage]:

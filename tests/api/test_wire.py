@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from app.api.errors import ApiError, ErrorCode
 from app.api.schemas import MessageIn, ProduceRequest
-from app.api.wire import WireBatch, WireMessage, batch_of, message_of, messages_of, ndjson_line
+from app.api.wire import WireBatch, WireMessage, batch_of, body_of, message_of, messages_of, ndjson_line
 from app.codec import BodyEncodingError, IncomingMessage, decode_body, encode_body
 
 LIMITS = ("maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "maxItems", "minItems")
@@ -222,6 +222,31 @@ def test_a_batch_decoded_straight_from_its_bytes_is_the_batch_messages_of_gives(
             assert isinstance(_decoded(messages_of, document), tuple)  # refused there too
         return
     assert straight == _decoded(messages_of, document)
+
+
+body_documents = st.one_of(batch_documents, st.dictionaries(fields, values, max_size=4))
+
+
+@settings(max_examples=400, deadline=None)
+@given(body_documents)
+def test_a_body_decoded_straight_from_its_bytes_is_what_messages_of_gives(document: Any) -> None:
+    """What body_of takes - a batch or one message object - messages_of gives alike; what it
+    leaves (None) the dict path answers."""
+    raw = msgspec.json.encode(document)
+    straight = _decoded(body_of, raw)
+    if straight is None:
+        return
+    assert isinstance(document, dict)
+    assert straight == _decoded(messages_of, document)
+
+
+def test_one_message_object_is_decoded_straight_and_a_body_naming_messages_as_a_batch() -> None:
+    assert body_of(b'{"body": "hi", "tags": "T"}') == [IncomingMessage(body=b"hi", tags="T")]
+    assert body_of(b'{"body": "messages"}') is None  # tried as a batch: the dict path takes it
+    assert body_of(b'{"messages": [{"body": "a"}]}') == [IncomingMessage(body=b"a")]
+    assert body_of(b'{"body": "a", "queue_id": 18446744073709551616}') is None
+    assert body_of(b'{"body": "a", "x": 1}') is None  # refused there, with what is wrong
+    assert body_of(b'[{"body": "a"}]') is None
 
 
 @pytest.mark.parametrize(
