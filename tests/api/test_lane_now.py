@@ -62,6 +62,15 @@ async def answered(log: list[tuple[str, bytes]], names: set[str], timeout_s: flo
             await asyncio.sleep(0.001)
 
 
+async def until_written(
+    log: list[tuple[str, bytes]], name: str, text: bytes, timeout_s: float = 10.0
+) -> None:
+    """Until what the broker wrote to connection ``name`` holds ``text``."""
+    async with asyncio.timeout(timeout_s):
+        while text not in b"".join(data for written, data in log if written == name):
+            await asyncio.sleep(0.001)
+
+
 def status_of(data: bytes) -> int:
     match = re.match(rb"HTTP/1.1 (\d{3}) ", data)
     assert match is not None, data[:200]
@@ -188,5 +197,29 @@ def test_the_media_types_the_lane_keeps_are_bounded(tmp_path: Path) -> None:
             await answered(log, {"p"})
             assert status_of(log[-1][1]) == 200
             assert len(app.fast_lane._media_types) <= MAX_MEDIA_TYPES
+
+    run(tmp_path, scenario)
+
+
+def test_a_produce_expecting_100_continue_is_told_to_go_on_then_stored(tmp_path: Path) -> None:
+    """The edge protocol writes uvicorn's head callbacks out: ``Expect: 100-continue`` (the lane
+    leaves it to uvicorn's cycle) still gets its interim answer before the body is sent, and the
+    header names still reach the app lowercased."""
+
+    async def scenario(app: Any, connect: Callable[[str], Any], log: list[tuple[str, bytes]]) -> None:
+        body = b'{"body": "go on"}'
+        head = (
+            f"POST /v1/topics/{TOPIC}/messages HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nExpect: 100-Continue\r\n\r\n"
+        )
+        producer = connect("producer")
+        producer.data_received(head.encode())
+        await answered(log, {"producer"})
+        assert log == [("producer", b"HTTP/1.1 100 Continue\r\n\r\n")]
+        producer.data_received(body)
+        await until_written(log, "producer", b'"status":"SEND_OK"')
+        assert status_of(log[1][1]) == 200, log[1][1][:300]
+        connect("consumer").data_received(request("GET", f"/v1/topics/{TOPIC}/queues/0/messages?offset=0"))
+        await until_written(log, "consumer", b'"body":"go on"')
 
     run(tmp_path, scenario)
