@@ -12,6 +12,12 @@ most that (plus one read's events); a write the client does not take within ``ss
 closes the connection. After ``sse_heartbeat_s`` without an event the writer sends a ``: ping``
 comment. The stream ends, its last event complete, when the broker shuts down (its held reads are
 answered then), and when the client goes away.
+
+It ends the same way, at once and committing nothing more, when the broker's log is cut to follow
+a new master (a former master steps down): other messages are then stored at the queue offsets it
+read. The client reconnects; its ``Last-Event-ID`` names offsets read before the cut, so a stream
+with ``commit`` resumes at the group's committed offset where that is lower (the cut lowered it to
+the queue's new end): see :func:`app.api.events.start_offsets`.
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ class EventStream:
         self._room = asyncio.Event()  # bytes left the queue: readers may read again
         self._readers_left = 0
         self._shutdown = False
+        self._log_cut = False  # the log was cut under the offsets read: the stream ends, uncommitted
         self._fault: BaseException | None = None  # a reader's unexpected error: the stream ends
 
     async def run(self, receive: Receive, send: Send) -> None:
@@ -99,17 +106,25 @@ class EventStream:
         self._readers_left = len(readers)
         watcher = asyncio.ensure_future(self._watch_disconnect(receive))
         writer = asyncio.ensure_future(self._write(send))
+        stop_listening = self.broker.on_log_cut(self._end_on_log_cut)
         try:
             await asyncio.wait({watcher, writer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            stop_listening()
             for task in (watcher, writer, *readers):
                 task.cancel()
             await asyncio.gather(watcher, writer, *readers, return_exceptions=True)
         if writer.done() and not writer.cancelled() and writer.exception() is None:
-            # The broker shuts down: the response ends cleanly and the client reconnects.
+            # The broker shuts down, or its log was cut: the response ends cleanly and the client
+            # reconnects.
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         # Otherwise the client is gone or too slow: returning without ending the response makes
         # the server close the connection.
+
+    def _end_on_log_cut(self) -> None:
+        """The log under the stream's offsets was cut: nothing more is written or committed."""
+        self._log_cut = True
+        self._arrived.set()
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -177,6 +192,8 @@ class EventStream:
         while True:
             if self._fault is not None:
                 raise _CloseConnection from self._fault
+            if self._log_cut:
+                return  # what waits to be written was read before the cut
             if not pending:
                 if self._shutdown or self._readers_left == 0:
                     return
@@ -202,7 +219,7 @@ class EventStream:
             finally:
                 self.queued_bytes -= size
                 self._room.set()
-            if self.plan.commit and self.plan.group is not None:
+            if self.plan.commit and self.plan.group is not None and not self._log_cut:
                 self._commit(committed)
 
     def _commit(self, offsets: dict[int, int]) -> None:

@@ -101,9 +101,17 @@ def start_offsets(
     start: str,
     group: str | None,
     resume: dict[int, int] | None,
+    commit: bool = False,
 ) -> dict[int, int]:
     """Where the stream starts on each queue: after the resumed event, else at the group's committed
-    offset, else where ``from`` says - each within the queue's offsets."""
+    offset, else where ``from`` says - each within the queue's offsets.
+
+    A resumed event names offsets read on the log as it was then. Past the queue's end (a former
+    master cut what the stream had read, and the new master has not stored as much yet), the stream
+    starts at the end: the messages stored next are the first events. With ``commit``, it starts
+    at the group's committed offset where that is lower: a stream commits what it writes, so that
+    offset is past every event written unless it was moved back since - a cut to follow a new
+    master lowers it to the queue's new end, and the new master stores other messages there."""
     policy, timestamp_ms = parse_start(start)
     store = broker.store
     offsets = {}
@@ -111,6 +119,10 @@ def start_offsets(
         low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
         if resume is not None and queue_id in resume:
             offset = resume[queue_id]
+            if commit and group is not None:
+                committed = store.consumer_offsets.query(group, topic, queue_id)
+                if 0 <= committed < offset:
+                    offset = committed
         elif group is not None:
             offset = broker.group_offset(group, topic, queue_id, policy, timestamp_ms)
         elif policy is ConsumeFromWhere.LAST_OFFSET:
@@ -209,7 +221,7 @@ async def follow_events(
             resume = decode_cursor(resume_from)
         except CursorError as exc:
             raise ApiError(ErrorCode.INVALID_CURSOR, f"Last-Event-ID: {exc}") from None
-    offsets = start_offsets(broker, topic, queue_ids, start, group, resume)
+    offsets = start_offsets(broker, topic, queue_ids, start, group, resume, commit)
     render: Render = render_message
     if format == "cloudevents":
         render = partial(render_event, topic_source(broker.settings.resolved_advertised_url, topic))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from wharf_client.sharding import queue_for_key
@@ -32,6 +32,7 @@ from app.broker.ha_master import AppendSignal, HaMaster
 from app.broker.ha_metadata import MetadataVersion
 from app.broker.ha_role import HaRole
 from app.broker.idempotency import IdempotencyWindow
+from app.broker.listeners import Listeners
 from app.broker.metrics import BrokerMetrics
 from app.broker.outbound import Outbound
 from app.broker.pull import read_or_hold
@@ -119,6 +120,8 @@ class Broker:
         # Services above the broker whose metadata slaves copy too, by the answer's key.
         self.metadata_parts: dict[str, ha_metadata.MetadataPart] = {}
         self.master_offsets: dict[ha_metadata.OffsetKey, int] = {}  # a slave's: the master's, last seen
+        # Cursors above the core (subscribers, event streams, pushers) that end when the log is cut.
+        self.log_cut_listeners = Listeners("the log's cut")
         self.ha = HaRole(self, ha_signal or AppendSignal())
 
     # -- replication -----------------------------------------------------------------------------
@@ -175,8 +178,18 @@ class Broker:
         return await asyncio.to_thread(ha_metadata.offsets_ahead, self.store, self.master_offsets)
 
     def log_cut(self) -> None:
-        """This slave's log was cut to follow its master: its groups' members read again."""
+        """This slave's log was cut to follow its master: its groups' members read again, and so
+        does every cursor registered with :meth:`on_log_cut` (called on the event loop)."""
         self.groups.log_cut()
+        self.log_cut_listeners.call()
+
+    def on_log_cut(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` each time this broker's log is cut under its queue offsets (a former
+        master, or a slave, cut back to follow its master): other messages will be stored at the
+        offsets cut, so a cursor past them would skip those, and a commit of what it read would
+        pass them. The listener runs on the event loop, before the slave copies anything more; it
+        must end its cursor there and then, without a commit. Returns the function that removes it."""
+        return self.log_cut_listeners.add(listener)
 
     async def take_slave_offsets(self, found: list[dict[str, Any]]) -> int:
         """A master takes the offsets a slave committed that are ahead of its own; how many moved.

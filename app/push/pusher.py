@@ -144,6 +144,16 @@ class Pusher:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    def log_cut(self) -> None:
+        """The broker's log was cut under what this pusher read (a former master steps down to
+        follow the new one, which stores other messages at those queue offsets): every queue loop
+        and delivery in flight is cancelled, committing nothing (what they held is delivered again:
+        at least once), and the cursors are dropped. The supervisor opens them again, from the
+        committed offsets the cut lowered, once this broker is a master again."""
+        for task in [*self._tasks, *self._deliveries]:
+            task.cancel()
+        self._cursors.clear()
+
     def held_messages(self) -> int:
         """Messages read from the queues and not yet done with: what the subscription holds in memory."""
         return sum(len(cursor.in_flight) for cursor in list(self._cursors.values()))

@@ -9,6 +9,11 @@ then on (its offsets are committed at creation, so a restart resumes there).
 A slave copies its master's subscriptions, secrets included, with the rest of the master's
 metadata (app.broker.ha_metadata, under ``push_subscriptions``): its pushers wait, and a slave
 promoted pushes what its master did, signed as before, from the offsets it copied too.
+
+A cut of the broker's log (a former master steps down and follows the new one) voids what the
+pushers read: each cancels its queues' loops and deliveries in flight without committing them and
+drops its cursors (:meth:`app.push.pusher.Pusher.log_cut`), so that it reads from the committed
+offsets, which the cut lowered, when the broker is promoted again.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ class PushService:
         self._changes = asyncio.Lock()
         self._started = False
         broker.metadata_parts[METADATA_KEY] = self
+        self._stop_listening = broker.on_log_cut(self._log_cut)
 
     async def start(self) -> None:
         async with self._changes:
@@ -85,9 +91,16 @@ class PushService:
 
     async def stop(self) -> None:
         self._started = False
+        self._stop_listening()
         pushers, self.pushers = list(self.pushers.values()), {}
         await asyncio.gather(*(pusher.stop() for pusher in pushers))
         await self.transport.aclose()
+
+    def _log_cut(self) -> None:
+        """On the event loop, before the slave copies anything past the cut: no pusher commits
+        what it read before it."""
+        for pusher in self.pushers.values():
+            pusher.log_cut()
 
     async def _run(self, subscription: PushSubscription) -> None:
         guard = EndpointGuard(subscription.url, self.allow_private)

@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from app.api.event_cursor import encode_cursor
 from tests.api.server import BrokerProcess
 from tests.api.sse import events, message, new_topic, parse_lines, positions, produce, stream
 from tests.ws.wsclient import wait_for
@@ -178,6 +179,43 @@ def test_commit_true_commits_the_groups_offsets_as_events_are_written(client: ht
     # The next stream of the group starts after what was committed.
     produce(client, topic, [{"body": "next", "queue_id": 1}])
     assert [message(e)["body"] for e in events(client, topic, 1, group="g-commit", commit="true")] == ["next"]
+
+
+def test_an_id_past_a_queues_end_resumes_at_its_end(client: httpx.Client) -> None:
+    """An id names offsets of the log it was read from: past a queue's end once the broker cut its
+    log to follow a new master that had not stored as much. The stream starts at the end: the next
+    message stored there is the first event, nothing is skipped."""
+    topic = new_topic(client, "past-end", queues=1)
+    produce(client, topic, [{"body": "kept0"}, {"body": "kept1"}])
+    opened = stream(client, topic, last_event_id=encode_cursor({0: 9}))
+    assert next(opened).retry == 3000  # the stream has started: its offsets are fixed
+    produce(client, topic, [{"body": "stored-next"}])
+    event = next(e for e in opened if e.data)
+    opened.close()
+    assert (message(event)["body"], message(event)["queue_offset"]) == ("stored-next", 2)
+
+
+def test_a_committing_stream_resumes_at_the_groups_offset_where_it_is_below_the_id(
+    client: httpx.Client,
+) -> None:
+    """A stream with commit has committed past every event it wrote: a committed offset below a
+    resumed id was moved back since, as a cut of the log to follow a new master moves it
+    (tests/ha/test_cut_cursors.py), and the messages from there on are read again. Without commit
+    the id alone says where."""
+    topic = new_topic(client, "commit-resume", queues=1)
+    produce(client, topic, [{"body": f"r{i}"} for i in range(4)])
+    read = events(client, topic, 4, group="g-resume", commit="true", **{"from": "first"})
+
+    def move_back(offset: int) -> None:
+        moved = {"offsets": [{"topic": topic, "queue_id": 0, "offset": offset}]}
+        assert client.put("/v1/groups/g-resume/offsets", json=moved).status_code == 200
+
+    move_back(1)
+    again = events(client, topic, 1, group="g-resume", commit="true", last_event_id_header=read[-2].id)
+    assert message(again[0])["body"] == "r1"
+    move_back(0)
+    peeked = events(client, topic, 1, group="g-resume", last_event_id_header=read[1].id)
+    assert message(peeked[0])["body"] == "r2"
 
 
 def test_a_ping_comment_keeps_an_idle_stream_open(client: httpx.Client) -> None:

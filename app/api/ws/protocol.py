@@ -12,6 +12,8 @@ code  meaning
 1008  policy: the broker waited on a silent client (no credit left, or its unacked limit
       reached) longer than ``ws_idle_timeout_s``
 1009  a client frame is over the frame size limit
+1012  the broker's log was cut to follow its new master (a former master stepped down): the
+      subscriber's read positions are void; subscribe again, from the group's committed offset
 1013  try again later: the client did not take a frame within ``ws_send_timeout_s``
 4400  bad request: a malformed or unknown frame, a bad parameter or tag filter, credit
       over the limit, an ack without a group
@@ -49,6 +51,7 @@ NORMAL = 1000
 GOING_AWAY = 1001
 POLICY_VIOLATION = 1008
 MESSAGE_TOO_BIG = 1009
+SERVICE_RESTART = 1012
 TRY_AGAIN_LATER = 1013
 INTERNAL = 4500
 

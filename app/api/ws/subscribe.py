@@ -13,6 +13,11 @@ take within ``ws_send_timeout_s`` closes the socket with 1013. A subscriber the 
 with 1008. Either way its unacknowledged messages were never committed: the group's next
 subscriber reads them again.
 
+When the broker's log is cut to follow a new master (a former master steps down), other messages
+are stored at the queue offsets the socket read: every subscriber is closed with 1012 at once,
+and acks that reach it afterwards commit nothing. The client subscribes again, from the group's
+committed offset (which the cut lowered to the queue's new end).
+
 Frames from the client: ``permit`` (grant credit), ``ack`` / ``nack`` (with a group) and
 ``status``. Frames from the broker: ``assignment``, ``messages``, ``committed`` and ``status``;
 with ``format=binary`` a ``messages`` frame is a binary frame of the stored records instead.
@@ -42,6 +47,7 @@ from app.api.ws.params import SubscribeParams, parse_subscribe, start_offset
 from app.api.ws.protocol import (
     GOING_AWAY,
     POLICY_VIOLATION,
+    SERVICE_RESTART,
     WsClose,
     bad_frame,
     int_field,
@@ -112,6 +118,7 @@ class Subscription:
         receiver = asyncio.ensure_future(self._receive_loop())
         self._side_tasks.add(self._spawn(self._watch_idle()))
         self._side_tasks.add(self._spawn(self._close_when_going_away()))
+        stop_listening = self.broker.on_log_cut(self._close_on_log_cut)
         self.broker.metrics.websocket_subscribers += 1
         try:
             await asyncio.wait({receiver, self._failure}, return_when=asyncio.FIRST_COMPLETED)
@@ -119,6 +126,7 @@ class Subscription:
                 self._failure.result()
             receiver.result()
         finally:
+            stop_listening()
             self.broker.metrics.websocket_subscribers -= 1
             self._closed = True
             if self._grouped:
@@ -137,6 +145,17 @@ class Subscription:
     async def _close_when_going_away(self) -> None:
         await websocket_sessions(self.websocket.app.state).going_away.wait()
         raise WsClose(GOING_AWAY, "the broker is shutting down")
+
+    def _close_on_log_cut(self) -> None:
+        """The log under the cursors was cut: what they read is not what the queues now hold at
+        those offsets. The socket fails at once (no ack is committed from here on, see :meth:`_ack`)."""
+        self._fail(
+            WsClose(
+                SERVICE_RESTART,
+                "the broker's log was cut to follow its new master: subscribe again "
+                "(from the group's committed offset)",
+            )
+        )
 
     def _fail(self, error: BaseException) -> None:
         if not self._closed and not self._failure.done():
@@ -288,6 +307,8 @@ class Subscription:
             return
         self.unacked -= acked
         self._notify()
+        if self._failure.done():
+            return  # the socket is closing: what it read may have been cut from the log
         committed = cursor.advance_commit()
         if committed is not None:
             assert self.params.group is not None
