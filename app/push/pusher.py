@@ -206,9 +206,15 @@ class Pusher:
 
     def _commit(self, cursor: QueueCursor) -> None:
         point = cursor.commit_point()
-        if point != cursor.committed:
-            self.broker.store.consumer_offsets.commit(self.group, cursor.topic, cursor.queue_id, point)
-            cursor.committed = point
+        if point == cursor.committed:
+            return
+        store = self.broker.store
+        if point > store.max_offset(cursor.topic, cursor.queue_id):
+            # Past the queue's end: a cut of the log took what the cursor read (a delivery that
+            # ended after the cut lowered the offsets, before log_cut ended the cursor).
+            return
+        store.consumer_offsets.commit(self.group, cursor.topic, cursor.queue_id, point)
+        cursor.committed = point
 
     async def _run_queue(self, cursor: QueueCursor) -> None:
         """Read and deliver the queue until the pusher stops; after an unexpected error, again from
