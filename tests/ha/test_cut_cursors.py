@@ -7,8 +7,6 @@ broker and, handed over, on the new master), nor read on from where it was."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 from tests.api.server import BrokerProcess
 from tests.ha.replicas import TOPIC, caught_up, ha
 from tests.ha.test_failover import broker, registry, registry_proxy  # noqa: F401 - a fixture
-from tests.ha.test_offsets_failover import committed, read_from_committed, send
+from tests.ha.test_offsets_failover import committed, fail_over, read_from_committed, send
 from tests.push.receiver import Received, Receiver
 from tests.routing.proxy import TcpProxy
 from tests.transactions.transacting import wait_until
@@ -70,25 +68,6 @@ def store_alone(master: BrokerProcess, slave: BrokerProcess, group: str) -> None
     send(master.url, ALONE)
 
 
-def fail_over(proxy: TcpProxy, master: BrokerProcess, slave: BrokerProcess) -> None:
-    """The master, stopped and cut off from the registry, is replaced by its slave, which stores
-    the new messages; healed, it steps down, cuts what only it had and follows the new master."""
-    assert master.process is not None
-    os.kill(master.process.pid, signal.SIGSTOP)
-    try:
-        proxy.stop()
-        slave.start()
-        wait_until(lambda: not ha(slave)["master_alive"], what="the master's lease to end")
-        promoted = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
-        assert promoted.status_code == 200, promoted.text
-    finally:
-        os.kill(master.process.pid, signal.SIGCONT)
-    send(slave.url, NEW)
-    proxy.start()
-    wait_until(lambda: ha(master)["role"] == "SLAVE", what="the old master to step down")
-    wait_until(lambda: caught_up(slave, master), what="the old master to follow the new one")
-
-
 def assert_no_offset_passes_the_new_messages(master: BrokerProcess, slave: BrokerProcess, group: str) -> None:
     """After a few metadata rounds (anything the old master committed would have been handed over),
     neither broker has the group past the new messages, and the group reads them all."""
@@ -114,7 +93,7 @@ def test_a_websocket_subscriber_is_closed_with_1012_and_commits_nothing_it_read_
             alone = socket.messages(3)
             assert [m["body"] for m in alone] == ALONE
 
-            fail_over(proxy, master, slave)
+            fail_over(proxy, master, slave, NEW)
             # The ack of what it read before the cut comes too late: the socket is closed, or
             # closing, and commits nothing.
             with contextlib.suppress(ConnectionClosed):
@@ -173,7 +152,7 @@ def test_an_event_stream_ends_at_the_cut_and_commits_nothing_it_read_before(
         wait_until(lambda: len(reader.events) == 7 or reader.ended.is_set(), what="the master's own events")
         assert reader.bodies() == SHARED + ALONE
 
-        fail_over(proxy, master, slave)
+        fail_over(proxy, master, slave, NEW)
         assert reader.ended.wait(10), "the stream went on past the cut"
         assert reader.error is None, reader.error
         assert reader.bodies() == SHARED + ALONE
@@ -218,7 +197,7 @@ def test_a_push_subscription_cancels_what_it_had_in_flight_at_the_cut_and_forget
             store_alone(master, slave, "hooks")
             receiver.wait_for(lambda got: sum(r.body.startswith(b"alone-") for r in got) == 3)
 
-            fail_over(proxy, master, slave)
+            fail_over(proxy, master, slave, NEW)
             state = httpx.get(f"{master.url}/v1/groups/hooks/push").json()["state"]
             assert state["held_messages"] == 0, "the old master's pusher kept what it read before the cut"
             # Answered now, the deliveries cut would commit 7 on the old master, handed over to

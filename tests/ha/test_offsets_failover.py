@@ -20,8 +20,10 @@ from app.broker import ha_metadata
 from app.broker.ha_slave import HaSlave
 from app.outbound.http import HttpOutbound
 from app.store import MessageStore, StoreConfig
+from tests.api.server import BrokerProcess
 from tests.ha.replicas import TOPIC, caught_up, ha
 from tests.ha.test_failover import broker, registry, registry_proxy, start_pair  # noqa: F401 - a fixture
+from tests.routing.proxy import TcpProxy
 from tests.small_disk import fill, mounted_tmpfs
 from tests.transactions.transacting import wait_until
 
@@ -44,6 +46,26 @@ def read_from_committed(url: str, group: str) -> list[str]:
     )
     assert response.status_code == 200, response.text
     return [message["body"] for message in response.json()["messages"]]
+
+
+def fail_over(proxy: TcpProxy, master: BrokerProcess, slave: BrokerProcess, new: list[str]) -> None:
+    """The master, stopped (the restarted slave copies nothing more from it) and cut off from the
+    registry (it can neither renew its lease nor learn of the promotion), is replaced by its slave,
+    which stores ``new``; healed, it steps down, cuts what only it had and follows the new master."""
+    assert master.process is not None
+    os.kill(master.process.pid, signal.SIGSTOP)
+    try:
+        proxy.stop()
+        slave.start()
+        wait_until(lambda: not ha(slave)["master_alive"], what="the master's lease to end")
+        promoted = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
+        assert promoted.status_code == 200, promoted.text
+    finally:
+        os.kill(master.process.pid, signal.SIGCONT)
+    send(slave.url, new)
+    proxy.start()
+    wait_until(lambda: ha(master)["role"] == "SLAVE", what="the old master to step down")
+    wait_until(lambda: caught_up(slave, master), what="the old master to follow the new one")
 
 
 def test_a_former_master_does_not_hand_the_new_master_offsets_past_what_they_share(
@@ -301,22 +323,7 @@ def test_a_commit_for_messages_a_former_master_cut_is_refused_after_the_cut(
         [read] = pulled["offsets"]
         assert read["next_offset"] == 7
 
-        # Stopped (the restarted slave copies nothing more from it) and cut off from the registry:
-        # it cannot renew its lease, nor learn of the promotion.
-        assert master.process is not None
-        os.kill(master.process.pid, signal.SIGSTOP)
-        try:
-            proxy.stop()
-            slave.start()
-            wait_until(lambda: not ha(slave)["master_alive"], what="the master's lease to end")
-            promoted = httpx.post(f"{slave.url}/v1/admin/ha/promote", timeout=30)
-            assert promoted.status_code == 200, promoted.text
-        finally:
-            os.kill(master.process.pid, signal.SIGCONT)
-        send(slave.url, [f"new-{n}" for n in range(6)])  # queue offsets 4..9 on the new master
-        proxy.start()
-        wait_until(lambda: ha(master)["role"] == "SLAVE", what="the old master to step down")
-        wait_until(lambda: caught_up(slave, master), what="the old master to follow the new one")
+        fail_over(proxy, master, slave, [f"new-{n}" for n in range(6)])  # queue offsets 4..9
 
         commit = {
             "client_id": "m1",
