@@ -15,8 +15,8 @@ that does not answer is skipped with the reason. Wharf is a broker process start
 system writes and reads one ordered log. ``--wharf`` picks Wharf's lanes (all by default): the
 throughput lanes ``binary``, ``json``, ``json-http``, ``plain-json`` and ``plain-binary``, the latency
 lanes ``binary``, ``plain-http`` and ``ws-json``, and ``floor``, ``ws-floor``, ``ws-store-floor``,
-``floor-json`` and ``floor-binary``, the HTTP and WebSocket floors (below), whose relay processes are
-started and stopped with the broker.
+``floor-json``, ``floor-binary``, ``store-floor-json`` and ``store-floor-binary``, the HTTP and
+WebSocket floors (below), whose relay processes are started and stopped with the broker.
 
 * ``throughput``: produce ``messages`` with 4 batches of 100 in flight, then read them back one
   batch (or window) of 100 at a time, messages/s (the plain lanes: one batch of 100 in flight, then
@@ -83,6 +83,13 @@ started and stopped with the broker.
   them; binary batches encoded into records by the compiled kernel, as Wharf's produce encodes
   them, and pulls answered with the records joined). What a plain lane's row lies below its floor
   is Wharf's own; the floor is the client's, uvicorn's and the wire format's. No target.
+* The throughput store floors, "HTTP store floor, JSON batches" and "HTTP store floor, binary
+  batches" (``--wharf store-floor-json,store-floor-binary``, throughput only): the same two lanes
+  against the relay in its store mode, whose produce stores each request's messages as Wharf's
+  plain produce does (Wharf's JSON decoder, or the binary batch's compiled encoding; one append
+  into the store; the kernel's answers) and whose pulls read them back with ``get_message`` and
+  answer as Wharf does, and nothing else. Between it and the floor lies the store's share; between
+  a plain lane and it, the rest of Wharf's HTTP path. No target.
 
 Targets are ratios against the better peer: Wharf binary produce >= 2x, consume >= 5x and e2e p99
 at most Redis's; Wharf JSON produce >= 1x and consume >= 2x; Wharf plain JSON produce >= 1x and
@@ -145,11 +152,29 @@ WHARF_NAMES = {
     "ws-store-floor": "WebSocket store floor",
     "floor-json": "HTTP floor, JSON batches",
     "floor-binary": "HTTP floor, binary batches",
+    "store-floor-json": "HTTP store floor, JSON batches",
+    "store-floor-binary": "HTTP store floor, binary batches",
 }
 # The floors' lanes, each the Wharf lane whose client code it runs against the relay.
-FLOOR_OF = {"floor": "plain-http", "floor-json": "plain-json", "floor-binary": "plain-binary"}
+FLOOR_OF = {
+    "floor": "plain-http",
+    "floor-json": "plain-json",
+    "floor-binary": "plain-binary",
+    "store-floor-json": "plain-json",
+    "store-floor-binary": "plain-binary",
+}
 WHARF_LANES = tuple(WHARF_NAMES)
-FLOOR_KINDS = ("floor", "ws-floor", "ws-store-floor", "floor-json", "floor-binary")
+FLOOR_KINDS = (
+    "floor",
+    "ws-floor",
+    "ws-store-floor",
+    "floor-json",
+    "floor-binary",
+    "store-floor-json",
+    "store-floor-binary",
+)
+# The floors served by the relay with a store of its own (``--store``).
+STORE_FLOORS = ("ws-store-floor", "store-floor-json", "store-floor-binary")
 WHARF_SECTIONS = {
     "binary": SECTIONS,
     "plain-http": ("latency",),
@@ -159,6 +184,8 @@ WHARF_SECTIONS = {
     "ws-store-floor": ("latency",),
     "floor-json": ("throughput",),
     "floor-binary": ("throughput",),
+    "store-floor-json": ("throughput",),
+    "store-floor-binary": ("throughput",),
 }
 # Targets, as ratios to the better peer: (produce, consume) throughput, and e2e p99 at most.
 THROUGHPUT_GOALS = {
@@ -748,6 +775,23 @@ class FloorLane(PlainLane):
         )
 
 
+class StoreFloorLane(FloorLane):
+    """An HTTP store floor: a plain lane's throughput against the relay in its store mode, whose
+    produce stores each request's messages as Wharf's plain produce stores them (Wharf's own JSON
+    decoder or the binary batch's compiled encoding, one append into a MessageStore at the broker's
+    defaults, the kernel's answers) and whose pulls read them back with ``get_message`` and answer
+    as Wharf does: the ceiling of any Python broker on this stack with this store, for a plain
+    lane. No target."""
+
+    def __init__(self, relay: RelayProcess, kind: str) -> None:
+        super().__init__(relay, kind)
+        self.note = self.latency_note = (
+            "bare ASGI relay with Wharf's store (bench.relay_app --store: uvicorn, uvloop, httptools, a "
+            "MessageStore at the broker's defaults; per request Wharf's parse, compiled encode, one append; "
+            f"pulls read back with get_message), {WHARF_NAMES[FLOOR_OF[kind]]}'s client code"
+        )
+
+
 class WsFloorLane(WharfLane):
     """The WebSocket floor: "Wharf WebSocket JSON"'s latency lane, the same client code, against
     :mod:`bench.relay_app`'s produce and subscribe sockets (a message kept in a list and pushed to
@@ -994,11 +1038,10 @@ def main(argv: list[str] | None = None) -> int:
             return "wharf" in systems and kind in kinds and bool(set(WHARF_SECTIONS[kind]) & set(sections))
 
         # The floors' relay, and the store floor's (a relay with a store of its own), when needed.
-        floor = any(runs(kind) for kind in FLOOR_KINDS if kind != "ws-store-floor")
+        floor = any(runs(kind) for kind in FLOOR_KINDS if kind not in STORE_FLOORS)
         relay = RelayProcess(root / "relay.log") if floor else None
-        store_relay = (
-            RelayProcess(root / "relay-store.log", root / "relay-store") if runs("ws-store-floor") else None
-        )
+        store_floor = any(runs(kind) for kind in STORE_FLOORS)
+        store_relay = RelayProcess(root / "relay-store.log", root / "relay-store") if store_floor else None
         try:
             broker.start()
             if relay is not None:
@@ -1017,6 +1060,9 @@ def main(argv: list[str] | None = None) -> int:
                     elif kind == "ws-store-floor":
                         if store_relay is not None:
                             lanes.append(WsStoreFloorLane(store_relay))
+                    elif kind in STORE_FLOORS:
+                        if store_relay is not None:
+                            lanes.append(StoreFloorLane(store_relay, kind))
                     elif relay is not None:
                         lanes.append(FloorLane(relay, kind) if kind in FLOOR_OF else WsFloorLane(relay))
             bench = Bench(plan, lanes)

@@ -41,7 +41,10 @@ and made into the subscriber's frame by Wharf's ``messages_frame``, pushed to th
 the producer answered with the kernel's ``plain_answers``. No FastAPI, no tasks, no long-poll
 service, no credit, no checks: what a client gets from it is the least a broker that parses, stores,
 reads back and frames each message with Wharf's own store and codecs adds to the sockets, the
-ceiling of any Python broker on this stack with this store::
+ceiling of any Python broker on this stack with this store. In the store mode the HTTP produce
+stores each request's messages the same way, in one append (a JSON body parsed by Wharf's own
+``wire.body_of``, a binary batch encoded by the kernel straight from its bytes), and a pull reads
+them back with ``get_message`` and answers as Wharf does (``pull_body``, or the records joined)::
 
     .venv/bin/python -m bench.relay_app --port 8082 --store /tmp/relay-store
 
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -64,6 +68,8 @@ import httpx
 import msgspec
 import orjson
 
+from app.api import wire
+from app.api.messages import pull_body
 from app.api.ws.frames import messages_frame
 from app.api.ws.produce import parse_message
 from app.broker.plain import plain_encoder
@@ -199,11 +205,7 @@ class StoredTopics:
         if not isinstance(message, IncomingMessage):
             raise message
         store = self.store
-        config = TopicConfig(topic, read_queue_nums=1, write_queue_nums=1)
-        now_ms = int(time.time() * 1000)
-        encoder = plain_encoder(
-            store, config, topic.encode(), now_ms, 0, (UNIQUE_ID_PREFIX, self.counter), NO_HOST
-        )
+        encoder = self._encoder(topic, NO_HOST)
         if not compiled.encode_messages([message], encoder):
             raise ValueError("not a plain message")
         made, _ids, queues, size, _body_size, _round_robin, self.counter = encoder.result()
@@ -212,6 +214,50 @@ class StoredTopics:
         pushed, _count = messages_frame(topic, 0, result.records, FRAME_ROOM)
         answers = compiled.plain_answers(made, appended, "SEND_OK")
         return pushed, orjson.dumps({"type": "results", "results": answers})
+
+    def produce_http(self, topic: str, body: bytes, content_type: bytes) -> bytes:
+        """A produce request's messages stored as Wharf's plain produce stores them, in one
+        append: a binary batch encoded straight from its bytes, a JSON body parsed by Wharf's own
+        decoder; the answer as Wharf's."""
+        assert compiled is not None
+        encoder = self._encoder(topic, NO_HOST)
+        if content_type == BATCH:
+            encoded = compiled.encode_batch(body, encoder)
+        else:
+            messages = wire.body_of(body)
+            encoded = messages is not None and compiled.encode_messages(messages, encoder)
+        if not encoded:
+            raise ValueError("not a plain batch")
+        made, _ids, queues, size, _body_size, _round_robin, self.counter = encoder.result()
+        appended = self.store.append_records(made, size, queues)
+        return orjson.dumps({"results": compiled.plain_answers(made, appended, "SEND_OK")})
+
+    def pull(
+        self, topic: str, offset: int, count: int, records: bool
+    ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """A pull's answer read from the store, as Wharf makes it: the records joined (with the
+        count and next offset in headers), or Wharf's JSON answer."""
+        result = self.store.get_message(topic, 0, offset, count)
+        if records:
+            headers = [
+                (b"content-type", RECORDS),
+                (b"x-wharf-message-count", b"%d" % len(result.records)),
+                (b"x-wharf-next-offset", b"%d" % result.next_offset),
+            ]
+            return b"".join(result.records), headers
+        return pull_body(result, 0), JSON_HEADERS
+
+    def has_past(self, topic: str, offset: int) -> bool:
+        """Whether the topic's queue holds a message at ``offset`` or after it."""
+        return self.store.max_offset(topic, 0) > offset
+
+    def _encoder(self, topic: str, born_host: bytes) -> Any:
+        """The kernel's encoder of plain messages into ``topic`` (one queue), ids carried on."""
+        config = TopicConfig(topic, read_queue_nums=1, write_queue_nums=1)
+        now_ms = int(time.time() * 1000)
+        return plain_encoder(
+            self.store, config, topic.encode(), now_ms, 0, (UNIQUE_ID_PREFIX, self.counter), born_host
+        )
 
 
 topics: dict[str, Topic] = {}
@@ -262,6 +308,11 @@ def header(scope: Scope, name: bytes) -> bytes:
 async def produce(name: str, scope: Scope, receive: Receive, send: Send) -> None:
     body = await read_body(receive)
     topic = topic_named(name)
+    if stored is not None:
+        answered = stored.produce_http(name, body, header(scope, b"content-type"))
+        topic.wake()
+        await answer(send, 200, answered)
+        return
     if header(scope, b"content-type") == BATCH:
         offsets = topic.append_batch(name, body)
     else:
@@ -281,6 +332,14 @@ async def pull(name: str, scope: Scope, send: Send) -> None:
     count = int(params.get(b"max_messages", PULL_DEFAULT_MESSAGES))
     wait_s = int(params.get(b"max_wait_ms", b"0")) / 1000
     topic = topic_named(name)
+    if stored is not None:
+        if not stored.has_past(name, offset) and wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await topic.event.wait()
+        body, headers = stored.pull(name, offset, count, header(scope, b"accept") == RECORDS)
+        await answer(send, 200, body, headers)
+        return
     if header(scope, b"accept") == RECORDS:
         records = topic.records[offset : offset + count]
         headers = [

@@ -1,6 +1,6 @@
 """The peers benchmark's plain lanes (one request at a time on one httpx connection), the JSON
-socket latency lane, the HTTP floors (the plain lanes against the bare ASGI relay) and the
-WebSocket store floor (the JSON socket lane against the relay with a store), with a handful of
+socket latency lane, the HTTP floors (the plain lanes against the bare ASGI relay) and the store
+floors (the JSON socket lane and the plain lanes against the relay with a store), with a handful of
 messages: a real broker process, the relays, and Redis and NATS when they answer on localhost."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ PLAIN = (
     "floor-json",
     "floor-binary",
     "ws-store-floor",
+    "store-floor-json",
+    "store-floor-binary",
 )
 # Each new row with a target, and the target as the report writes it.
 TARGETS = {
@@ -43,6 +45,10 @@ ROWS = (
     "HTTP floor, binary batches consume",
     "WebSocket store floor e2e p50",
     "WebSocket store floor e2e p99",
+    "HTTP store floor, JSON batches produce",
+    "HTTP store floor, JSON batches consume",
+    "HTTP store floor, binary batches produce",
+    "HTTP store floor, binary batches consume",
 )
 CPU_ROWS = (
     "Wharf plain JSON produce broker CPU",
@@ -85,6 +91,12 @@ def test_the_plain_lanes_report_their_rows_judged_against_the_peers(tmp_path: Pa
     assert len(store_floor) == 3 and not any(result["target"] or result["baseline"] for result in store_floor)
     assert "Wharf's store" in results["WebSocket store floor e2e p50"]["note"]
     assert not any(str(result["baseline"]).startswith("WebSocket") for result in results.values())
+    # And the plain lanes' store floors: the relay storing each request's messages in Wharf's store.
+    http_store_floor = [result for name, result in results.items() if name.startswith("HTTP store floor")]
+    assert len(http_store_floor) == 8
+    assert not any(result["target"] or result["baseline"] for result in http_store_floor)
+    assert "Wharf's store" in results["HTTP store floor, JSON batches produce"]["note"]
+    assert "Wharf plain binary's client code" in results["HTTP store floor, binary batches produce"]["note"]
     if set(report["settings"]["skipped"]) != {"redis", "nats"}:  # a peer to judge by
         judged = {name: result["target"] for name, result in results.items() if result["target"]}
         assert judged == TARGETS
