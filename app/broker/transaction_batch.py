@@ -46,7 +46,7 @@ from app.store.record_format import (
 )
 
 if TYPE_CHECKING:
-    from app.broker.transactions import Broker
+    from app.broker.transaction_broker import Broker
 
 PROPERTY_TRANSACTION_BATCH = "TRAN_BATCH"  # how many messages a batch transaction's half holds
 MAX_TRANSACTION_KEY = 128

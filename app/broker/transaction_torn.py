@@ -38,8 +38,8 @@ from app.store.record import StoredMessage, decode_record
 from app.store.record_format import SYSFLAG_TRANSACTION_MASK
 
 if TYPE_CHECKING:
+    from app.broker.transaction_broker import Broker
     from app.broker.transaction_table import OpenTransaction, TransactionTable
-    from app.broker.transactions import Broker
     from app.store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -27,10 +27,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from app.broker import repeats
-from app.broker.delay import DelayedDelivery, is_delayed
+from app.broker.delay import is_delayed
 from app.broker.durable import append_all_durably
 from app.broker.errors import (
     BrokerError,
@@ -40,10 +40,6 @@ from app.broker.errors import (
     TransactionEndedError,
     TransactionNotFoundError,
 )
-from app.broker.ha_role import HaRole
-from app.broker.idempotency import IdempotencyWindow
-from app.broker.metrics import BrokerMetrics
-from app.broker.outbound import Outbound
 from app.broker.producer_groups import ProducerGroups, validate_producer_group
 from app.broker.transaction_batch import (
     EncodedEnd,
@@ -58,6 +54,7 @@ from app.broker.transaction_batch import (
     parse,
     validate_key,
 )
+from app.broker.transaction_broker import Broker
 from app.broker.transaction_check import TransactionCheckService
 from app.broker.transaction_message import (
     HALF_TOPIC,
@@ -75,9 +72,7 @@ from app.broker.transaction_message import (
 from app.broker.transaction_table import OpenTransaction, TransactionTable
 from app.broker.transaction_torn import cut_torn_commit
 from app.codec import IncomingMessage, encode_body
-from app.routing.topic_config import TopicConfig, TopicConfigManager
-from app.settings import Settings
-from app.store import Message, MessageStore, parse_message_id
+from app.store import Message, parse_message_id
 from app.store.record import StoredMessage
 from app.store.record_format import (
     NO_HOST,
@@ -92,39 +87,6 @@ from app.store.record_format import (
     encode_record,
 )
 from app.store.results import AppendResult
-
-
-class UniqueIds(Protocol):
-    prefix: str
-    counter: int
-
-    def next(self) -> str: ...
-
-
-class Broker(Protocol):
-    """What transactions need of the broker core (app.broker.core.Broker)."""
-
-    settings: Settings
-    store: MessageStore
-    topics: TopicConfigManager
-    delays: DelayedDelivery
-    idempotency: IdempotencyWindow
-    metrics: BrokerMetrics
-    ha: HaRole
-    outbound: Outbound
-    round_robin: dict[str, int]
-
-    @property
-    def unique_ids(self) -> UniqueIds: ...
-
-    async def topic_for_write(self, name: str) -> TopicConfig: ...
-
-    def choose_queue(self, config: TopicConfig, incoming: IncomingMessage) -> int: ...
-
-    def to_message(
-        self, topic: str, queue_id: int, incoming: IncomingMessage, unique_id: str, born_host: bytes = ...
-    ) -> Message: ...
-
 
 log = logging.getLogger(__name__)
 
