@@ -205,7 +205,7 @@ class StoredTopics:
         if not isinstance(message, IncomingMessage):
             raise message
         store = self.store
-        encoder = self._encoder(topic, NO_HOST)
+        encoder = self._encoder(topic)
         if not compiled.encode_messages([message], encoder):
             raise ValueError("not a plain message")
         made, _ids, queues, size, _body_size, _round_robin, self.counter = encoder.result()
@@ -220,7 +220,7 @@ class StoredTopics:
         append: a binary batch encoded straight from its bytes, a JSON body parsed by Wharf's own
         decoder; the answer as Wharf's."""
         assert compiled is not None
-        encoder = self._encoder(topic, NO_HOST)
+        encoder = self._encoder(topic)
         if content_type == BATCH:
             encoded = compiled.encode_batch(body, encoder)
         else:
@@ -239,24 +239,19 @@ class StoredTopics:
         count and next offset in headers), or Wharf's JSON answer."""
         result = self.store.get_message(topic, 0, offset, count)
         if records:
-            headers = [
-                (b"content-type", RECORDS),
-                (b"x-wharf-message-count", b"%d" % len(result.records)),
-                (b"x-wharf-next-offset", b"%d" % result.next_offset),
-            ]
-            return b"".join(result.records), headers
+            return records_answer(result.records, result.next_offset)
         return pull_body(result, 0), JSON_HEADERS
 
     def has_past(self, topic: str, offset: int) -> bool:
         """Whether the topic's queue holds a message at ``offset`` or after it."""
         return self.store.max_offset(topic, 0) > offset
 
-    def _encoder(self, topic: str, born_host: bytes) -> Any:
+    def _encoder(self, topic: str) -> Any:
         """The kernel's encoder of plain messages into ``topic`` (one queue), ids carried on."""
         config = TopicConfig(topic, read_queue_nums=1, write_queue_nums=1)
         now_ms = int(time.time() * 1000)
         return plain_encoder(
-            self.store, config, topic.encode(), now_ms, 0, (UNIQUE_ID_PREFIX, self.counter), born_host
+            self.store, config, topic.encode(), now_ms, 0, (UNIQUE_ID_PREFIX, self.counter), NO_HOST
         )
 
 
@@ -333,34 +328,41 @@ async def pull(name: str, scope: Scope, send: Send) -> None:
     wait_s = int(params.get(b"max_wait_ms", b"0")) / 1000
     topic = topic_named(name)
     if stored is not None:
-        if not stored.has_past(name, offset) and wait_s > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    await topic.event.wait()
+        if not stored.has_past(name, offset):
+            await held(topic, wait_s)
         body, headers = stored.pull(name, offset, count, header(scope, b"accept") == RECORDS)
         await answer(send, 200, body, headers)
         return
     if header(scope, b"accept") == RECORDS:
         records = topic.records[offset : offset + count]
-        headers = [
-            (b"content-type", RECORDS),
-            (b"x-wharf-message-count", b"%d" % len(records)),
-            (b"x-wharf-next-offset", b"%d" % (offset + len(records))),
-        ]
-        await answer(send, 200, b"".join(records), headers)
+        await answer(send, 200, *records_answer(records, offset + len(records)))
         return
-    if len(topic.messages) <= offset and wait_s > 0:
-        event = topic.event
-        try:
-            async with asyncio.timeout(wait_s):
-                await event.wait()
-        except TimeoutError:
-            pass
+    if len(topic.messages) <= offset:
+        await held(topic, wait_s)
     found = topic.messages[offset : offset + count]
     end = len(topic.messages)
     status = b"FOUND" if found else b"OFFSET_OVERFLOW_ONE"
     head = PULL % (status, offset + len(found), end)
     await answer(send, 200, head + b",".join(found) + b"]}")
+
+
+async def held(topic: Topic, wait_s: float) -> None:
+    """A long poll: until a message comes to ``topic`` or ``wait_s`` passes (none when 0)."""
+    if wait_s > 0:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                await topic.event.wait()
+
+
+def records_answer(records: list[bytes], next_offset: int) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """A binary pull's answer, as Wharf's: the records joined, their count and the next offset in
+    headers."""
+    headers = [
+        (b"content-type", RECORDS),
+        (b"x-wharf-message-count", b"%d" % len(records)),
+        (b"x-wharf-next-offset", b"%d" % next_offset),
+    ]
+    return b"".join(records), headers
 
 
 async def produce_socket(name: str, receive: Receive, send: Send) -> None:

@@ -105,7 +105,6 @@ class FastLane:
         self, app: WharfApi, durations: HttpDurations, max_request_bytes: int, cors: bool = False
     ) -> None:
         self.app = app
-        self.state = app.state
         # The state's own dict: read without State.__getattr__, a Python call, on every request.
         self._state: dict[str, Any] = app.state._state
         self.exception_handlers = app.exception_handlers
