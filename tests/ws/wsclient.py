@@ -5,15 +5,13 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import httpx
 import orjson
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
-
-from tests.api.server import BrokerProcess
 
 _names = itertools.count()
 
@@ -91,10 +89,16 @@ class Socket:
         self.close()
 
 
+class Reachable(Protocol):
+    """A broker served at ``url`` (a process, or a server of this process)."""
+
+    url: str
+
+
 class WsBroker:
     """Connect to a broker's WebSocket endpoints."""
 
-    def __init__(self, process: BrokerProcess) -> None:
+    def __init__(self, process: Reachable) -> None:
         self.base = process.url.replace("http://", "ws://", 1)
 
     def connect(self, path: str, **params: Any) -> Socket:
