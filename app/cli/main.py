@@ -11,6 +11,7 @@ line) or could not be reached (one line, no traceback), 2 a usage error.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
@@ -84,22 +85,45 @@ def root(
         serve()
 
 
+HostOption = Annotated[
+    str | None,
+    typer.Option(help="The address to listen on (WHARF_HOST; default 127.0.0.1).", show_default=False),
+]
+PortOption = Annotated[
+    int | None,
+    typer.Option(
+        min=0, max=65535, help="The port to listen on (WHARF_PORT; default 8080).", show_default=False
+    ),
+]
+
+
 @cli.command()
-def serve() -> None:
-    """Start the broker on the WHARF_* settings of the environment."""
+def serve(
+    host: HostOption = None,
+    port: PortOption = None,
+    store_dir: Annotated[
+        Path | None,
+        typer.Option(help="The store's directory (WHARF_STORE_DIR; default ./data).", show_default=False),
+    ] = None,
+) -> None:
+    """Start the broker on the WHARF_* settings of the environment; an option given wins over its
+    variable."""
     from app.cli import serving
 
-    serving.serve()
+    serving.serve(host=host, port=port, store_dir=store_dir)
 
 
 @cli.command()
 def healthcheck(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 3.0,
+    host: HostOption = None,
+    port: PortOption = None,
 ) -> None:
-    """Exit 0 when the broker on this machine (WHARF_HOST, WHARF_PORT) answers /healthz, else 1."""
+    """Exit 0 when the broker on this machine (--host/WHARF_HOST, --port/WHARF_PORT) answers
+    /healthz, else 1."""
     from app.cli import serving
 
-    serving.healthcheck(timeout)
+    serving.healthcheck(timeout, host=host, port=port)
 
 
 @cli.command()

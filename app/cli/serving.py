@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import uvicorn
@@ -133,7 +134,7 @@ def announce_advertised_address(settings: Settings) -> None:
     if settings.advertised_url or not is_wildcard(settings.host):
         return
     note = (
-        f"WHARF_HOST={settings.host} listens on every interface; routes and message ids carry "
+        f"the host {settings.host} listens on every interface; routes and message ids carry "
         f"{settings.resolved_advertised_url} (set WHARF_ADVERTISED_URL to the address clients use)"
     )
     if settings.log_format == "json":
@@ -142,9 +143,15 @@ def announce_advertised_address(settings: Settings) -> None:
         print(f"wharf: {note}", file=sys.stderr, flush=True)
 
 
-def serve() -> None:
-    """Start the broker on the WHARF_* settings of the environment."""
-    settings = load_settings()
+def given(**options: object) -> dict[str, object]:
+    """The command-line options given (not None): they win over their WHARF_* variables."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def serve(host: str | None = None, port: int | None = None, store_dir: Path | None = None) -> None:
+    """Start the broker on the WHARF_* settings of the environment, with the options given over
+    their variables."""
+    settings = load_settings(**given(host=host, port=port, store_dir=store_dir))
     refuse_if_store_in_use(settings)
     announce_advertised_address(settings)
     # Imported here: the other commands start without loading the API and the registry.
@@ -175,11 +182,12 @@ class AnnouncingServer(WharfServer):
             print(startup_event(self.base_url, self.log_format), flush=True)
 
 
-def healthcheck(timeout: float) -> None:
-    """Exit 0 when the broker on this machine (WHARF_HOST, WHARF_PORT) answers /healthz, else 1."""
+def healthcheck(timeout: float, host: str | None = None, port: int | None = None) -> None:
+    """Exit 0 when the broker on this machine (``host``/WHARF_HOST, ``port``/WHARF_PORT) answers
+    /healthz, else 1."""
     import httpx
 
-    settings = load_settings()
+    settings = load_settings(**given(host=host, port=port))
     host = "127.0.0.1" if is_wildcard(settings.host) else settings.host
     scheme = "https" if settings.tls_certfile else "http"
     url = (

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -27,9 +28,12 @@ class BrokerProcess:
     ``module`` runs another entry point instead: one that wraps the disk or the broker before
     starting the app (:mod:`tests.api.stalled_disk`, :mod:`tests.store.sync_journal`)."""
 
-    def __init__(self, store_dir: Path, *, module: str = "app", **settings: object) -> None:
+    def __init__(
+        self, store_dir: Path, *, module: str = "app", args: Sequence[str] = (), **settings: object
+    ) -> None:
         self.store_dir = store_dir
         self.module = module
+        self.args = list(args)  # the command line after ``python -m module``
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -51,7 +55,11 @@ class BrokerProcess:
     def start(self, timeout_s: float = 30.0) -> BrokerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.process = subprocess.Popen(
-            [sys.executable, "-m", self.module], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", self.module, *self.args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         deadline = time.monotonic() + timeout_s

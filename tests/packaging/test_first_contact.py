@@ -17,7 +17,7 @@ from app.address import reachable_ipv4
 from app.cli import describe_invalid_settings, load_settings
 from app.settings import Settings
 from app.store.record_format import decode_host
-from tests.api.server import ROOT, BrokerProcess
+from tests.api.server import ROOT, BrokerProcess, free_port
 
 
 def test_the_front_door_leads_to_the_console(client: httpx.Client) -> None:
@@ -69,6 +69,41 @@ def test_a_broker_on_every_interface_hands_out_ids_and_routes_clients_can_reach(
         assert f"routes and message ids carry {advertised}" in broker.log()
     finally:
         broker.stop()
+
+
+# --- the options of serve ------------------------------------------------------------------------
+
+
+def test_the_options_of_serve_and_healthcheck_win_over_their_variables(tmp_path: Path) -> None:
+    port, store = free_port(), tmp_path / "from-the-option"
+    # WHARF_PORT and WHARF_STORE_DIR name another port, where nothing listens, and another directory.
+    broker = BrokerProcess(
+        tmp_path / "from-the-variable", args=["serve", "--port", str(port), "--store-dir", str(store)]
+    )
+    broker.url = f"http://127.0.0.1:{port}"
+    broker.start()
+    try:
+        assert (store / "checkpoint").exists()
+        assert not broker.store_dir.exists()
+        assert httpx.get(f"{broker.url}/readyz").status_code == 200
+
+        def healthcheck(*options: str) -> int:
+            return subprocess.run(
+                [sys.executable, "-m", "app", "healthcheck", *options],
+                cwd=ROOT,
+                env=broker.env,
+                capture_output=True,
+                timeout=60,
+            ).returncode
+
+        assert healthcheck("--port", str(port)) == 0
+        assert healthcheck() == 1  # WHARF_PORT's port
+    finally:
+        broker.stop()
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", "70000"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "70000 is not in the range 0<=x<=65535" in done.stderr
 
 
 # --- bad settings ---------------------------------------------------------------------------------
