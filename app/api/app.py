@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from app.acl import install_acl
 from app.api import (
     admin,
     cluster,
@@ -30,6 +29,7 @@ from app.api import (
     topics,
     transactions,
 )
+from app.api.acl import install_acl
 from app.api.docs import install_docs
 from app.api.edge import install_edge
 from app.api.errors import ApiError, ErrorCode, error_response, install_error_handlers

@@ -44,8 +44,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from app.acl.middleware import AclMiddleware
 from app.acl.watch import AclFile
+from app.api.acl import AclMiddleware
 from app.api.errors import ApiError, ErrorCode
 from app.api.messages import produce_answer, produce_media_type, produce_now, pull_answer
 from app.api.metrics import HttpDurations, StatusNote

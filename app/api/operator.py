@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from app.acl.credentials import Principal
-from app.acl.middleware import PRINCIPAL_SCOPE_KEY
+from app.api.acl import PRINCIPAL_SCOPE_KEY
 from app.api.paging import CursorParam, LimitParam, decode_cursor, encode_cursor, parse_limit
 from app.api.schemas import ErrorEnvelope
 from app.api.topics import BrokerDep

@@ -1,5 +1,6 @@
 """The ACL at the door: one ASGI middleware that authenticates every request and checks the
-permission its route needs (app.acl.classify) before the app sees it.
+permission its route needs (app.acl.classify) before the app sees it. :func:`install_acl` puts it
+in front of every route when ``WHARF_ACL_FILE`` names the rules (app.acl).
 
 A refused HTTP request is answered ``401`` (with ``WWW-Authenticate: Basic realm="wharf"``) or
 ``403`` in the error envelope; a refused WebSocket is accepted and closed at once with ``4401`` or
@@ -12,8 +13,10 @@ scope's query string, which the server logs and the route reads.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from urllib.parse import unquote_plus
 
+from fastapi import FastAPI
 from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,6 +34,7 @@ from app.acl.rules import ACCOUNT
 from app.acl.watch import AclFile
 from app.api.errors import ApiError, ErrorCode, code_for, error_response
 from app.routing.errors import RegistryUnavailableError
+from app.settings import Settings
 from app.store.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -188,3 +192,13 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, error: ApiError) -
         reason = reason[: MAX_REASON_BYTES - 3] + b"..."
     text = reason.decode(errors="ignore")
     await send({"type": "websocket.close", "code": 4000 + error.code.http_status, "reason": text})
+
+
+def install_acl(app: FastAPI, settings: Settings) -> AclFile | None:
+    """Guard every route with the rules of ``settings.acl_file``; nothing when it is not set."""
+    if not settings.acl_file:
+        return None
+    acl = AclFile(Path(settings.acl_file), settings.acl_reload_interval_ms / 1000)
+    app.add_middleware(AclMiddleware, acl=acl, max_body_bytes=settings.max_request_bytes)
+    app.state.acl = acl
+    return acl
