@@ -30,6 +30,9 @@ from app.server import WharfServer, server_config
 from app.settings import Settings
 from app.store import StoreLockedError
 from app.store.dir_lock import StoreDirectoryLock
+from app.store.record_format import encode_host
+
+NO_ADDRESS = bytes(4)  # the IPv4 form of a host that has none
 
 # Exit statuses: 1 the broker cannot run here (store in use, not healthy), 2 a bad setting or ACL file.
 EXIT_UNAVAILABLE = 1
@@ -130,14 +133,28 @@ def startup_event(base_url: str, log_format: str) -> str:
 
 
 def announce_advertised_address(settings: Settings) -> None:
-    """Say which address a broker bound to every interface puts into routes and message ids."""
-    if settings.advertised_url or not is_wildcard(settings.host):
-        return
-    note = (
-        f"the host {settings.host} listens on every interface; routes and message ids carry "
-        f"{settings.resolved_advertised_url} (set WHARF_ADVERTISED_URL to the address clients use)"
-    )
-    if settings.log_format == "json":
+    """Say which address a broker bound to every interface puts into routes and message ids, and
+    warn when that address has no IPv4 form for its message ids."""
+    if not settings.advertised_url and is_wildcard(settings.host):
+        warn(
+            f"the host {settings.host} listens on every interface; routes and message ids carry "
+            f"{settings.resolved_advertised_url} (set WHARF_ADVERTISED_URL to the address clients use)",
+            settings.log_format,
+        )
+    store = settings.store_config()
+    if encode_host(store.store_host, store.store_port).startswith(NO_ADDRESS):
+        warn(
+            f"the advertised address {settings.resolved_advertised_url} has no IPv4 address: message "
+            f"ids carry 0.0.0.0:{store.store_port} (their IPv6 form is not written), so a lookup by id "
+            "cannot tell this broker from another such one on the same port (set "
+            "WHARF_ADVERTISED_URL to an IPv4 address, or a name that resolves to one)",
+            settings.log_format,
+        )
+
+
+def warn(note: str, log_format: str) -> None:
+    """One warning line on standard error, before logging is set up: JSON under ``json``."""
+    if log_format == "json":
         print(json_event(note, __name__, logging.WARNING), file=sys.stderr, flush=True)
     else:
         print(f"wharf: {note}", file=sys.stderr, flush=True)

@@ -71,6 +71,30 @@ def test_a_broker_on_every_interface_hands_out_ids_and_routes_clients_can_reach(
         broker.stop()
 
 
+def test_a_broker_advertised_at_an_ipv6_address_says_what_its_message_ids_carry(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "store", host="::1")
+    broker.url = f"http://[::1]:{broker.port}"
+    broker.start()
+    try:
+        produced = httpx.post(f"{broker.url}/v1/topics/anywhere/messages", json={"body": "x"}).json()
+        msg_id = produced["results"][0]["msg_id"]
+        assert decode_host(bytes.fromhex(msg_id[:16])) == ("0.0.0.0", broker.port)
+        assert httpx.get(f"{broker.url}/v1/messages/{msg_id}").json()["body"] == "x"
+        (line,) = [line for line in broker.log().splitlines() if "has no IPv4 address" in line]
+        assert line == (
+            f"wharf: the advertised address {broker.url} has no IPv4 address: message ids carry "
+            f"0.0.0.0:{broker.port} (their IPv6 form is not written), so a lookup by id cannot tell "
+            "this broker from another such one on the same port (set WHARF_ADVERTISED_URL to an "
+            "IPv4 address, or a name that resolves to one)"
+        )
+    finally:
+        broker.stop()
+
+
+def test_a_broker_advertised_at_an_ipv4_address_warns_of_nothing(broker: BrokerProcess) -> None:
+    assert "wharf: " not in broker.log()
+
+
 # --- the options of serve ------------------------------------------------------------------------
 
 
