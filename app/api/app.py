@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from app.api import (
     admin,
     cluster,
+    console_view,
     consumers,
     dead_letters,
     events,
@@ -201,6 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(inspection.router)
     app.include_router(ha.router)
     app.include_router(ws_router)
+    app.include_router(console_view.router)
     install_console(app)
 
     @app.get("/", include_in_schema=False)
