@@ -150,7 +150,7 @@ class Transactions:
     async def durable_so_far(self) -> None:
         """Wait until everything this service appended is as durable as the flush mode promises."""
         last = self._last_appended
-        if last is not None and self.store.group_commit is not None:
+        if last is not None:
             await self.store.wait_durable([last])
 
     # -- begin -----------------------------------------------------------------------------------
@@ -215,9 +215,7 @@ class Transactions:
                     "queue_id": int(half.properties[PROPERTY_REAL_QUEUE_ID]),
                     "queue_offset": None,
                 }
-            durable = True
-            if self.store.group_commit is not None:
-                durable = await self.store.wait_durable(appended)
+            durable = await self.store.wait_durable(appended)
             for index, _, _ in fresh:
                 answers[index]["status"] = _status(durable)  # type: ignore[index]
         results: list[dict[str, Any]] = []
@@ -289,9 +287,7 @@ class Transactions:
         self._last_appended = result
         transaction_id = result.msg_id
         self.table.add(OpenTransaction.stored(transaction_id, group, topic, result))
-        durable = True
-        if self.store.group_commit is not None:
-            durable = await self.store.wait_durable([result])
+        durable = await self.store.wait_durable([result])
         return {
             "transaction_id": transaction_id,
             "state": "OPEN",
@@ -354,9 +350,7 @@ class Transactions:
         the flush mode promises."""
         store = self.store
         appended = store.append_records(end.records, end.total_size, end.entries)
-        durable = True
-        if store.group_commit is not None:
-            durable = await store.wait_durable(appended)
+        durable = await store.wait_durable(appended)
         return appended, durable
 
     async def _end_many(
