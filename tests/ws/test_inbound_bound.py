@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from app.server import server_config
 from app.settings import Settings
 from tests.ws.rawsocket import BINARY, RawWebSocket, encode_frame
-from tests.ws.wsclient import wait_for
+from tests.ws.wsclient import on_a_thread
 
 FRAME_BYTES = 256 * 1024
 # The kernel's buffers on both ends, set small so that what the client gets sent is what the
@@ -41,17 +39,8 @@ def server() -> Iterator[str]:
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     config = server_config(never_receives, Settings(), lifespan="off", timeout_graceful_shutdown=1)  # type: ignore[arg-type]
-    running = uvicorn.Server(config)
-    thread = threading.Thread(target=running.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: running.started, timeout_s=30)
-        port = listener.getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        running.should_exit = True
-        thread.join(10)
-        listener.close()
+    with on_a_thread(config, listener) as serving:
+        yield serving.url
 
 
 def test_the_server_holds_one_unread_frame_per_socket_not_a_queue(server: str) -> None:

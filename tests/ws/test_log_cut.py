@@ -14,13 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from app.api.app import create_app
 from app.broker import Broker
 from app.server import server_config
 from app.settings import Settings
-from tests.ws.wsclient import WsBroker, produce, wait_for
+from tests.ws.wsclient import WsBroker, on_a_thread, produce, wait_for
 
 
 @dataclass
@@ -51,21 +50,12 @@ def served(tmp_path: Path) -> Iterator[Served]:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen()
-    running = uvicorn.Server(server_config(app, settings, timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=running.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        assert wait_for(lambda: running.started, timeout_s=30), "the server did not start"
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        with httpx.Client(base_url=url, timeout=10) as client:
+    with on_a_thread(server_config(app, settings, timeout_graceful_shutdown=1), listener) as serving:
+        with httpx.Client(base_url=serving.url, timeout=10) as client:
             response = client.post("/v1/topics", json={"name": "orders", "queues": 1})
             assert response.status_code == 201, response.text
             produce(client, "orders", "a", "b")
-        yield Served(url, app.state.broker, running.servers[0].get_loop())
-    finally:
-        running.should_exit = True
-        thread.join(10)
-        listener.close()
+        yield Served(serving.url, app.state.broker, serving.loop)
 
 
 def committed(served: Served, group: str) -> int | None:

@@ -1,15 +1,21 @@
-"""A small synchronous WebSocket client with JSON frames, and HTTP helpers, for the protocol tests."""
+"""A small synchronous WebSocket client with JSON frames, HTTP helpers, and a server on a thread
+of the test's process, for the protocol tests."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import socket
+import threading
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlencode
 
 import httpx
 import orjson
+import uvicorn
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -127,3 +133,24 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return condition()
+
+
+class Serving(NamedTuple):
+    url: str
+    loop: asyncio.AbstractEventLoop  # the server's event loop, on its thread
+
+
+@contextmanager
+def on_a_thread(config: uvicorn.Config, listener: socket.socket) -> Iterator[Serving]:
+    """``config``'s app served by uvicorn on a thread of this process, on ``listener`` (bound and
+    listening), from the moment it has started until the block ends."""
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: running.started, timeout_s=30), "the server did not start"
+        yield Serving(f"http://127.0.0.1:{listener.getsockname()[1]}", running.servers[0].get_loop())
+    finally:
+        running.should_exit = True
+        thread.join(10)
+        listener.close()
